@@ -1,0 +1,220 @@
+"""Per-student sequences, chunking into fixed windows, padding and collation to a `Batch`.
+
+Conventions (the one place they are written down):
+- ids are 0-based: `q` in [0, num_c), `pid` in [0, num_pid), `r` in [0, K).
+- padded positions hold `PAD = 0` in every tensor and `mask = False`; models must never read them
+  as evidence and metrics ignore them.
+- `uid` is an integer that is unique inside one loaded bundle (train, valid and test together), so
+  memory banks and reference models can recognise a student.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Iterator
+
+import numpy as np
+import torch
+
+PAD = 0  # value stored at padded positions of q, r, pid (mask=False there)
+
+
+def interaction_token(q: torch.Tensor, r: torch.Tensor, num_c: int) -> torch.Tensor:
+    """Token of the pair (q, r): `q + num_c * r`, in [0, num_c * K)."""
+    return q + num_c * r
+
+
+@dataclass
+class StudentSeq:
+    """One student's full interaction log (never truncated)."""
+
+    uid: int  # unique integer id inside a bundle
+    q: np.ndarray  # [n] int64 concept ids
+    r: np.ndarray  # [n] int64 responses in [0, K)
+    pid: np.ndarray | None = None  # [n] int64 problem ids, or None
+    fold: int = -1  # fold read from the file (-1: none / test)
+
+    def __len__(self) -> int:
+        return len(self.q)
+
+
+@dataclass
+class KTDataset:
+    """A set of students with their vocabulary sizes."""
+
+    students: list[StudentSeq]
+    num_c: int  # number of concepts/skills
+    num_pid: int = 0  # number of problems (0: the data has no problem ids)
+    K: int = 2  # response categories (2: binary)
+    name: str = "dataset"
+    source: str = ""  # file(s) the data came from
+
+    def __len__(self) -> int:
+        return len(self.students)
+
+    @property
+    def num_interactions(self) -> int:
+        return int(sum(len(s) for s in self.students))
+
+    @property
+    def uids(self) -> np.ndarray:
+        return np.array([s.uid for s in self.students], dtype=np.int64)
+
+    @property
+    def has_pid(self) -> bool:
+        return self.num_pid > 0 and all(s.pid is not None for s in self.students)
+
+    def subset(self, index, name: str | None = None) -> "KTDataset":
+        """Students at the given positions, same vocabulary."""
+        return replace(
+            self, students=[self.students[int(i)] for i in index], name=name or self.name
+        )
+
+    def stats(self) -> dict:
+        """Counts a researcher reads first (students, interactions, lengths, correctness)."""
+        lengths = np.array([len(s) for s in self.students])
+        r = np.concatenate([s.r for s in self.students]) if self.students else np.zeros(0)
+        return {
+            "name": self.name,
+            "students": len(self.students),
+            "interactions": int(lengths.sum()),
+            "num_c": self.num_c,
+            "num_pid": self.num_pid,
+            "K": self.K,
+            "mean_len": float(lengths.mean()) if len(lengths) else 0.0,
+            "max_len": int(lengths.max()) if len(lengths) else 0,
+            "mean_response": float(r.mean() / max(self.K - 1, 1)) if len(r) else 0.0,
+        }
+
+
+@dataclass
+class Batch:
+    """Padded tensors `[B, L]` for one mini-batch."""
+
+    q: torch.Tensor  # [B, L] long, concept ids
+    r: torch.Tensor  # [B, L] long, responses
+    mask: torch.Tensor  # [B, L] bool, True on real interactions
+    pid: torch.Tensor | None = None  # [B, L] long problem ids, or None
+    uid: torch.Tensor | None = None  # [B] long student ids
+    start: torch.Tensor | None = None  # [B] long offset of the window inside the student's log
+    extras: dict = field(default_factory=dict)  # per-batch tensors added by references/banks
+
+    def to(self, device) -> "Batch":
+        moved = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, torch.Tensor):
+                moved[f.name] = v.to(device)
+            elif f.name == "extras":
+                moved[f.name] = {
+                    k: (t.to(device) if isinstance(t, torch.Tensor) else t) for k, t in v.items()
+                }
+            else:
+                moved[f.name] = v
+        return Batch(**moved)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.q.shape)
+
+    def clone(self) -> "Batch":
+        return Batch(
+            q=self.q.clone(),
+            r=self.r.clone(),
+            mask=self.mask.clone(),
+            pid=None if self.pid is None else self.pid.clone(),
+            uid=None if self.uid is None else self.uid.clone(),
+            start=None if self.start is None else self.start.clone(),
+            extras=dict(self.extras),
+        )
+
+
+@dataclass
+class Window:
+    """A slice `[start, start + len)` of one student's log."""
+
+    student: int  # index into KTDataset.students
+    start: int
+    stop: int
+
+
+def chunk(dataset: KTDataset, max_len: int, min_len: int = 1) -> list[Window]:
+    """Cut every log into consecutive windows of at most `max_len` steps; nothing is dropped.
+
+    `min_len` only skips whole students shorter than it (default 1 keeps everyone).
+    """
+    if max_len < 1:
+        raise ValueError(f"max_len must be >= 1, got {max_len}")
+    windows = []
+    for i, s in enumerate(dataset.students):
+        n = len(s)
+        if n < min_len:
+            continue
+        for start in range(0, n, max_len):
+            windows.append(Window(i, start, min(start + max_len, n)))
+    return windows
+
+
+def collate(dataset: KTDataset, windows: list[Window], pad_to: int | None = None) -> Batch:
+    """Stack windows into a padded `Batch` (right padding with PAD, mask False)."""
+    L = pad_to or max(w.stop - w.start for w in windows)
+    B = len(windows)
+    q = np.full((B, L), PAD, dtype=np.int64)
+    r = np.full((B, L), PAD, dtype=np.int64)
+    mask = np.zeros((B, L), dtype=bool)
+    use_pid = dataset.has_pid
+    pid = np.full((B, L), PAD, dtype=np.int64) if use_pid else None
+    uid = np.empty(B, dtype=np.int64)
+    start = np.empty(B, dtype=np.int64)
+    for b, w in enumerate(windows):
+        s = dataset.students[w.student]
+        n = w.stop - w.start
+        q[b, :n] = s.q[w.start : w.stop]
+        r[b, :n] = s.r[w.start : w.stop]
+        mask[b, :n] = True
+        if use_pid:
+            pid[b, :n] = s.pid[w.start : w.stop]
+        uid[b] = s.uid
+        start[b] = w.start
+    return Batch(
+        q=torch.from_numpy(q),
+        r=torch.from_numpy(r),
+        mask=torch.from_numpy(mask),
+        pid=None if pid is None else torch.from_numpy(pid),
+        uid=torch.from_numpy(uid),
+        start=torch.from_numpy(start),
+    )
+
+
+class BatchLoader:
+    """Iterates `Batch`es over the windows of a dataset; seeded shuffling, deterministic order."""
+
+    def __init__(
+        self,
+        dataset: KTDataset,
+        batch_size: int = 64,
+        max_len: int = 200,
+        shuffle: bool = False,
+        seed: int = 0,
+    ):
+        self.dataset = dataset
+        self.batch_size = batch_size
+        self.max_len = max_len
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+        self.windows = chunk(dataset, max_len)
+
+    def __len__(self) -> int:
+        return (len(self.windows) + self.batch_size - 1) // self.batch_size
+
+    def set_epoch(self, epoch: int) -> None:
+        """Shuffle order depends on (seed, epoch) only, so resumed runs see the same batches."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[Batch]:
+        order = np.arange(len(self.windows))
+        if self.shuffle:
+            np.random.default_rng([self.seed, self.epoch]).shuffle(order)
+        for i in range(0, len(order), self.batch_size):
+            yield collate(self.dataset, [self.windows[j] for j in order[i : i + self.batch_size]])
