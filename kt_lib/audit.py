@@ -1,0 +1,113 @@
+"""Causality audit: no information from step >= t may reach the prediction at step t.
+
+For each audited step t the batch is perturbed (responses at steps >= t, questions and problems
+at steps > t replaced at random) and the predictions at steps <= t must not move. A `rebuild`
+callback lets models with external state (memory banks built from students' logs) rebuild it
+from the perturbed data, so the audit also covers leaks through that state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .data.dataset import Batch
+from .models.base import KTModel
+
+
+@dataclass
+class AuditResult:
+    """Outcome of `audit_causality`; truthy when the model passed."""
+
+    passed: bool
+    max_diff: float  # largest change seen at a position that must not move
+    worst_step: int  # the audited t where it happened
+    steps: list[int] = field(default_factory=list)  # audited steps
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        verdict = "PASS" if self.passed else "LEAK"
+        return (f"causality audit {verdict}: max change {self.max_diff:.2e} at t={self.worst_step} "
+                f"over {len(self.steps)} audited steps")
+
+
+def random_batch(num_c: int, B: int = 4, L: int = 20, num_pid: int = 0, K: int = 2,
+                 seed: int = 0, ragged: bool = True) -> Batch:
+    """A random padded batch for tests and audits (some rows shorter when `ragged`)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.full((B,), L)
+    if ragged and B > 1:
+        lengths[1:] = torch.randint(max(1, L // 2), L + 1, (B - 1,), generator=g)
+    mask = torch.arange(L).unsqueeze(0) < lengths.unsqueeze(1)
+    q = torch.randint(0, num_c, (B, L), generator=g) * mask
+    r = torch.randint(0, K, (B, L), generator=g) * mask
+    pid = torch.randint(0, num_pid, (B, L), generator=g) * mask if num_pid else None
+    return Batch(q=q, r=r, mask=mask, pid=pid, uid=torch.arange(B), start=torch.zeros(B).long())
+
+
+def perturb_future(batch: Batch, t: int, num_c: int, num_pid: int, K: int,
+                   generator: torch.Generator) -> Batch:
+    """Copy of `batch` with r[:, t:], q[:, t+1:] and pid[:, t+1:] redrawn at random."""
+    b = batch.clone()
+    B, L = b.q.shape
+    dev = b.q.device
+    b.r[:, t:] = torch.randint(0, K, (B, L - t), generator=generator).to(dev)
+    if t + 1 < L:
+        b.q[:, t + 1:] = torch.randint(0, num_c, (B, L - t - 1), generator=generator).to(dev)
+        if b.pid is not None and num_pid:
+            b.pid[:, t + 1:] = torch.randint(0, num_pid, (B, L - t - 1),
+                                             generator=generator).to(dev)
+    return b
+
+
+@torch.no_grad()
+def audit_causality(
+    model: KTModel,
+    batch: Batch,
+    steps: list[int] | None = None,
+    trials: int = 2,
+    atol: float = 1e-5,
+    seed: int = 0,
+    rebuild: Callable[[KTModel, Batch], None] | None = None,
+) -> AuditResult:
+    """Perturb the future at each audited step and measure how far past predictions move."""
+    was_training = model.training
+    model.eval()
+    c = model.config
+    L = batch.q.shape[1]
+    if steps is None:
+        steps = sorted({0, 1, L // 3, L // 2, L - 2, L - 1} & set(range(L)))
+    g = torch.Generator().manual_seed(seed)
+    if rebuild is not None:
+        rebuild(model, batch)
+    base = model(batch).logits
+    worst, worst_t = 0.0, steps[0]
+    for t in steps:
+        for _ in range(trials):
+            pert = perturb_future(batch, t, c.num_c, getattr(c, "num_pid", 0), c.K, g)
+            if rebuild is not None:
+                rebuild(model, pert)
+            out = model(pert).logits
+            keep = batch.mask[:, : t + 1]
+            diff = (out[:, : t + 1] - base[:, : t + 1]).abs()
+            if diff.dim() == 3:
+                diff = diff.amax(-1)
+            d = float(diff[keep].max()) if keep.any() else 0.0
+            if d > worst:
+                worst, worst_t = d, t
+    if rebuild is not None:
+        rebuild(model, batch)
+    model.train(was_training)
+    return AuditResult(worst <= atol, worst, worst_t, list(steps))
+
+
+def assert_causal(model: KTModel, batch: Batch, **kw) -> AuditResult:
+    """Run the audit and raise AssertionError with the details on a leak."""
+    result = audit_causality(model, batch, **kw)
+    if not result:
+        raise AssertionError(str(result))
+    return result

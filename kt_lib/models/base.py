@@ -1,0 +1,137 @@
+"""The model API: `ModelOutput`, the `KTModel` base class, the registry and `build_model`.
+
+# B batch, L steps, K response categories
+Causal contract: `logits[:, t]` predicts `r[:, t]` from q/pid at steps <= t and r at steps < t.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import from_dict, read_mapping, require
+from ..data.dataset import Batch, KTDataset
+from ..registry import Registry
+
+MODELS: Registry = Registry("model")
+register = MODELS.register
+
+
+@dataclass
+class ModelOutput:
+    """What every model's forward returns."""
+
+    logits: torch.Tensor  # [B, L] binary logits, or [B, L, K] category logits for ordinal models
+    losses: dict[str, torch.Tensor] = field(default_factory=dict)  # auxiliary terms, already weighted
+    attention: dict[str, torch.Tensor] | None = None  # name -> [B, H, L, S], only if asked
+    extras: dict[str, Any] = field(default_factory=dict)  # theta, beta, mastery, L0, T, ...
+
+
+@dataclass
+class BaseConfig:
+    """Fields every model config has: the vocabulary, filled from the dataset by `build_model`."""
+
+    num_c: int = 0  # number of concepts/skills
+    num_pid: int = 0  # number of problems (0: none)
+    K: int = 2  # response categories
+
+    def validate(self) -> None:
+        require(self.num_c > 0, f"num_c must be > 0, got {self.num_c}")
+        require(self.num_pid >= 0, f"num_pid must be >= 0, got {self.num_pid}")
+        require(self.K >= 2, f"K must be >= 2, got {self.K}")
+
+    @classmethod
+    def tiny(cls, **kw):
+        """Small sizes for tests and smoke runs."""
+        return cls(**kw)
+
+    @classmethod
+    def paper(cls, **kw):
+        """The published sizes."""
+        return cls(**kw)
+
+
+class KTModel(nn.Module):
+    """Base class: subclasses set `config_cls` and implement `forward(batch)`."""
+
+    config_cls: ClassVar[type] = BaseConfig
+    ordinal: ClassVar[bool] = False  # True: logits are [B, L, K]
+    registry_name: ClassVar[str] = ""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+
+    def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
+        raise NotImplementedError
+
+    def prepare(self, train: KTDataset) -> None:
+        """Fit whatever needs the training students (references, memory banks) before training."""
+
+    def on_epoch_start(self, epoch: int, train: KTDataset | None = None) -> None:
+        """Per-epoch hook (schedules, bank refreshes)."""
+
+    def loss(self, out: ModelOutput, batch: Batch, epoch: int = 0) -> dict[str, torch.Tensor]:
+        """Prediction loss over valid positions plus the model's auxiliary losses; key 'total'."""
+        m = batch.mask
+        if self.ordinal:
+            pred = F.cross_entropy(out.logits[m], batch.r[m])
+        else:
+            pred = F.binary_cross_entropy_with_logits(out.logits[m], batch.r[m].float())
+        terms = {"pred": pred, **out.losses}
+        terms["total"] = sum(terms.values())
+        return terms
+
+    def probabilities(self, out: ModelOutput) -> torch.Tensor:
+        """P(correct) [B, L] for binary models, category probabilities [B, L, K] for ordinal."""
+        return out.logits.softmax(-1) if self.ordinal else torch.sigmoid(out.logits)
+
+    def extra_state(self) -> dict[str, torch.Tensor]:
+        """Tensors beyond the state dict to checkpoint (e.g. memory banks); default none."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore what `extra_state` saved."""
+
+
+def list_models() -> list[str]:
+    """Names of every registered model."""
+    return MODELS.names()
+
+
+def make_config(name: str, config=None, dataset: KTDataset | None = None, preset: str = "default",
+                **overrides):
+    """Resolve a config for model `name` from a dataclass, dict, YAML/JSON path or preset."""
+    cls = MODELS[name].config_cls
+    if config is None:
+        factory = {"default": cls, "tiny": cls.tiny, "paper": cls.paper}.get(preset)
+        if factory is None:
+            factory = getattr(cls, preset, None)
+        if factory is None:
+            raise KeyError(f"unknown preset {preset!r} for {name}; try default, tiny, paper")
+        base = dataclasses.asdict(factory())
+    elif isinstance(config, (str, Path)):
+        base = read_mapping(config)
+    elif isinstance(config, dict):
+        base = dict(config)
+    elif dataclasses.is_dataclass(config):
+        base = dataclasses.asdict(config)
+    else:
+        raise TypeError(f"config must be a dataclass, dict or path, got {type(config).__name__}")
+    if dataset is not None:
+        base.update(num_c=dataset.num_c, num_pid=dataset.num_pid, K=dataset.K)
+    base.update(overrides)
+    return from_dict(cls, base, source=str(config) if isinstance(config, (str, Path)) else name)
+
+
+def build_model(name: str, config=None, dataset: KTDataset | None = None, preset: str = "default",
+                **overrides) -> KTModel:
+    """Build a registered model; unknown names raise KeyError listing the valid ones."""
+    cls = MODELS[name]
+    return cls(make_config(name, config, dataset, preset, **overrides))

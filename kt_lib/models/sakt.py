@@ -1,0 +1,158 @@
+"""SAKT (Pandey & Karypis 2019), following seed 004, with its exact public interface.
+
+# B batch, L history steps, Lq query steps, D model dim, H heads
+One network (`SAKTNet`) serves both entry points:
+- `SAKTModel` (registry "sakt"): query t is question q_t and reads interactions at steps < t
+  (strict-past mask), so logits[:, t] obeys the causal contract.
+- `SAKT` (seed 004 interface): `forward(q, r, qry) -> [B, Lq, 1]` probabilities with the seed's
+  inclusive mask; queries are right-aligned to the history, so query i sits at step
+  L - Lq + i and reads interactions up to and including that step (Lq = L is classic SAKT,
+  where qry[i] is the question asked after interaction i).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ..config import require
+from ..data.dataset import Batch, interaction_token
+from ..nn import FeedForward, MultiHeadAttention, causal_mask
+from .base import BaseConfig, KTModel, ModelOutput, register
+
+
+@dataclass
+class SAKTConfig(BaseConfig):
+    """SAKT sizes (seed 004 section 6.1 defaults)."""
+
+    d: int = 256  # model dim
+    n_heads: int = 8  # attention heads
+    d_ff: int | None = None  # FFN inner dim; None -> 4 * d
+    dropout: float = 0.1  # dropout
+    max_len: int = 200  # longest window (learned positions)
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.K == 2, f"SAKT is binary: K must be 2, got {self.K}")
+        require(self.d > 0 and self.n_heads > 0, "d and n_heads must be > 0")
+        require(self.d % self.n_heads == 0, f"d={self.d} not divisible by n_heads={self.n_heads}")
+        require(0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
+        require(self.max_len > 0, f"max_len must be > 0, got {self.max_len}")
+
+    @classmethod
+    def tiny(cls, **kw):
+        return cls(**{"d": 16, "n_heads": 2, "max_len": 64, **kw})
+
+    @classmethod
+    def paper(cls, **kw):
+        return cls(**{"d": 256, "n_heads": 8, "max_len": 200, **kw})
+
+
+class SAKTNet(nn.Module):
+    """Embeddings M (interactions), E (queries), P (positions), one attention + FFN, linear out."""
+
+    def __init__(self, num_c: int, d: int, n_heads: int, d_ff: int | None, dropout: float,
+                 max_len: int):
+        super().__init__()
+        self.num_c, self.max_len = num_c, max_len
+        self.M = nn.Embedding(2 * num_c, d)
+        self.E = nn.Embedding(num_c, d)
+        self.P = nn.Embedding(max_len, d)
+        self.attn = MultiHeadAttention(d, n_heads, dropout)
+        self.drop = nn.Dropout(dropout)
+        self.ln1 = nn.LayerNorm(d)
+        self.ffn = FeedForward(d, d_ff or 4 * d, dropout)
+        self.ln2 = nn.LayerNorm(d)
+        self.out = nn.Linear(d, 1)
+
+    def forward(self, x: torch.Tensor, qry: torch.Tensor, strict: bool,
+                need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x [B, L] interaction tokens, qry [B, Lq] -> logits [B, Lq], weights [B, H, Lq, L]."""
+        L, Lq = x.shape[1], qry.shape[1]
+        offset = L - Lq  # queries sit at the last Lq steps of the history
+        pos = torch.arange(L, device=x.device)
+        kv = self.M(x) + self.P(pos)
+        query = self.E(qry) + self.P(pos[offset:])
+        mask = causal_mask(L, x.device, strict=strict)[offset:]  # [Lq, L]
+        h, w = self.attn(query, kv, kv, mask, need_weights)
+        h = self.ln1(query + self.drop(h))
+        h = self.ln2(h + self.drop(self.ffn(h)))
+        return self.out(h).squeeze(-1), w
+
+
+@register("sakt")
+class SAKTModel(KTModel):
+    """Registry SAKT: query q_t reads interactions < t."""
+
+    config_cls = SAKTConfig
+
+    def __init__(self, config: SAKTConfig):
+        super().__init__(config)
+        c = config
+        self.net = SAKTNet(c.num_c, c.d, c.n_heads, c.d_ff, c.dropout, c.max_len)
+
+    def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
+        if batch.q.shape[1] > self.config.max_len:
+            raise ValueError(f"sequence length {batch.q.shape[1]} > max_len {self.config.max_len}")
+        x = interaction_token(batch.q, batch.r, self.config.num_c)
+        logits, w = self.net(x, batch.q, strict=True, need_weights=return_attention)
+        return ModelOutput(logits=logits, attention={"layer0": w} if return_attention else None)
+
+
+def _check_ids(name: str, t: torch.Tensor, upper: int, allowed: str) -> None:
+    bad = (t < 0) | (t >= upper)
+    if bad.any():
+        idx = tuple(int(i) for i in bad.nonzero()[0])
+        raise ValueError(f"{name}{list(idx)} = {int(t[idx])} is outside {allowed}")
+
+
+class SAKT(nn.Module):
+    """Seed 004's public SAKT: `SAKT(number_questions, ...)(q, r, qry) -> [B, Lq, 1]` probabilities."""
+
+    def __init__(self, number_questions: int, d: int = 256, num_heads: int = 8,
+                 d_ff: int | None = None, dropout: float = 0.1, max_seq_len: int = 200):
+        super().__init__()
+        if number_questions <= 0:
+            raise ValueError(f"number_questions must be > 0, got {number_questions}")
+        self.number_questions = number_questions
+        self.max_seq_len = max_seq_len
+        self.net = SAKTNet(number_questions, d, num_heads, d_ff, dropout, max_seq_len)
+
+    @classmethod
+    def from_model(cls, model: SAKTModel) -> "SAKT":
+        """Wrap the weights of a trained registry SAKT in the seed interface."""
+        c = model.config
+        public = cls(c.num_c, c.d, c.n_heads, c.d_ff, c.dropout, c.max_len)
+        public.net.load_state_dict(model.net.state_dict())
+        return public
+
+    def validate_input(self, q: torch.Tensor, r: torch.Tensor, qry: torch.Tensor) -> None:
+        """Seed 004 section 4.1.2 as ValueErrors that name the offending index and value."""
+        n = self.number_questions
+        for name, t in (("q", q), ("r", r), ("qry", qry)):
+            if t.dim() != 2:
+                raise ValueError(f"{name} must be [batch, length], got shape {tuple(t.shape)}")
+            if t.dtype.is_floating_point or t.dtype == torch.bool:
+                raise ValueError(f"{name} must hold integer ids, got dtype {t.dtype}")
+        if q.shape != r.shape:
+            raise ValueError(f"q and r must have the same shape, got {tuple(q.shape)} and "
+                             f"{tuple(r.shape)}")
+        if qry.shape[0] != q.shape[0]:
+            raise ValueError(f"qry batch {qry.shape[0]} != q batch {q.shape[0]}")
+        if q.shape[1] == 0 or qry.shape[1] == 0:
+            raise ValueError("q and qry must have at least one step")
+        if q.shape[1] > self.max_seq_len:
+            raise ValueError(f"seq_len {q.shape[1]} exceeds max_seq_len {self.max_seq_len}")
+        if qry.shape[1] > q.shape[1]:
+            raise ValueError(f"query_len {qry.shape[1]} exceeds seq_len {q.shape[1]}")
+        _check_ids("q", q, n, f"[0, {n - 1}]")
+        _check_ids("qry", qry, n, f"[0, {n - 1}]")
+        _check_ids("r", r, 2, "{0, 1}")
+
+    def forward(self, q: torch.Tensor, r: torch.Tensor, qry: torch.Tensor) -> torch.Tensor:
+        self.validate_input(q, r, qry)
+        x = interaction_token(q, r, self.number_questions)
+        logits, _ = self.net(x, qry, strict=False)
+        return torch.sigmoid(logits).unsqueeze(-1)  # [B, Lq, 1]
