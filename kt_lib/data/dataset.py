@@ -48,6 +48,7 @@ class KTDataset:
     K: int = 2  # response categories (2: binary)
     name: str = "dataset"
     source: str = ""  # file(s) the data came from
+    meta: dict = field(default_factory=dict)  # raw-id mappings etc. (e.g. "raw_uid", "skill_ids")
 
     def __len__(self) -> int:
         return len(self.students)

@@ -1,0 +1,1 @@
+"""Memory banks of historical (training) students for SimAKT's inter-student heads."""

@@ -1,0 +1,12 @@
+"""Reference models (BKT, IRT) behind one interface; modules register themselves on import."""
+
+import importlib
+import pkgutil
+
+from .base import REFERENCES, ReferenceModel, build_reference
+
+for _m in pkgutil.iter_modules(__path__):
+    if _m.name != "base":
+        importlib.import_module(f"{__name__}.{_m.name}")
+
+__all__ = ["REFERENCES", "ReferenceModel", "build_reference"]

@@ -1,0 +1,1 @@
+"""Plots for the notebooks, one module per topic (common, attention, memory, interpret, ordinal)."""
