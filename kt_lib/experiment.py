@@ -1,0 +1,102 @@
+"""One call from data to a results row: build a model, fit it, evaluate on the test set.
+
+Notebooks and the leaderboard use `run_experiment`; `python -m kt_lib.experiment` does the same
+from the command line (e.g. on a GPU machine) and writes a JSON results file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+import torch
+
+from .checkpoint import save_json
+from .data.dataset import KTDataset
+from .models import build_model
+from .models.base import KTModel
+from .train import TrainConfig, evaluate, fit
+
+
+@dataclass
+class ExperimentResult:
+    """A trained model with its history and its validation and test metrics."""
+
+    name: str
+    model: KTModel
+    history: pd.DataFrame
+    valid: dict
+    test: dict
+    seconds: float
+    n_params: int
+    best_epoch: int
+    config: dict = field(default_factory=dict)
+
+    def row(self) -> dict:
+        """Flat dict for a results table."""
+        return {"model": self.name, **{f"test_{k}": v for k, v in self.test.items() if k != "n"},
+                "best_epoch": self.best_epoch, "params": self.n_params,
+                "train_seconds": round(self.seconds, 1)}
+
+
+def run_experiment(model_name: str, train: KTDataset, valid: KTDataset, test: KTDataset | None,
+                   preset: str = "default", model_config=None, train_config: TrainConfig | None = None,
+                   seed: int = 0, label: str | None = None, **model_overrides) -> ExperimentResult:
+    """Seeded build + fit + test evaluation of one registered model."""
+    cfg = train_config or TrainConfig()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_model(model_name, model_config, dataset=train, preset=preset,
+                            **model_overrides)
+    res = fit(model, train, valid, cfg, seed=seed)
+    ev = dict(batch_size=cfg.eval_batch_size, max_len=cfg.max_len, device=cfg.device)
+    valid_m = evaluate(res.model, valid, **ev)
+    test_m = evaluate(res.model, test, **ev) if test is not None else {}
+    n_params = sum(p.numel() for p in res.model.parameters())
+    return ExperimentResult(label or model_name, res.model, res.history, valid_m, test_m,
+                            res.seconds, n_params, res.best_epoch, asdict(model.config))
+
+
+def main(argv: list[str] | None = None) -> None:
+    from .data.formats import load_bundle
+
+    p = argparse.ArgumentParser(description="Train registered models and write test metrics.")
+    p.add_argument("--models", nargs="+", required=True)
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--data-format", default="synthetic")
+    p.add_argument("--fold", type=int, default=None)
+    p.add_argument("--preset", default="paper")
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--patience", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--max-len", type=int, default=200)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--set", nargs="*", default=[], help="model overrides key=value (YAML values)")
+    p.add_argument("--out", default="results.json")
+    a = p.parse_args(argv)
+    import yaml
+
+    overrides = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in a.set)}
+    bundle = load_bundle(a.data_dir, a.data_format, fold=a.fold)
+    rows = []
+    for name in a.models:
+        for seed in a.seeds:
+            t0 = time.perf_counter()
+            tc = TrainConfig(epochs=a.epochs, patience=a.patience, batch_size=a.batch_size,
+                             lr=a.lr, max_len=a.max_len, device=a.device, progress=False)
+            res = run_experiment(name, bundle.train, bundle.valid, bundle.test, a.preset,
+                                 train_config=tc, seed=seed, **overrides)
+            row = {**res.row(), "seed": seed, "wall_seconds": time.perf_counter() - t0,
+                   "valid": res.valid, "history": res.history.to_dict(orient="list")}
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "history"}), flush=True)
+            save_json(a.out, {"args": vars(a), "protocol": bundle.protocol, "results": rows})
+
+
+if __name__ == "__main__":
+    main()
