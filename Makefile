@@ -1,0 +1,49 @@
+# kt-workbook: `make reports` and `make test` create the environment on first use.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+PROFILE ?= quick
+NOTEBOOKS ?=
+STAMP := $(VENV)/.installed
+
+.PHONY: env reports test test-fast lint lab benchmarks notebooks clean
+
+env: $(STAMP)
+
+# torch first and alone: `pip install torch==2.13.0` takes the local CPU wheel here (no CUDA
+# packages); elsewhere set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu.
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (kt-workbook)" > /dev/null
+	touch $(STAMP)
+
+reports: env
+	$(BIN)/python -m kt_lib.reports run --profile $(PROFILE) $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
+
+# Re-execute the committed notebooks in place with their defaults (refreshes stored outputs).
+notebooks: env
+	$(BIN)/python -m kt_lib.reports run --inplace $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
+
+test: env
+	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg \
+		-p no:cacheprovider notebooks/
+
+test-fast: env
+	$(BIN)/python -m pytest -q -m "not slow" tests
+
+lint: env
+	$(BIN)/ruff check kt_lib tests benchmarks
+	$(BIN)/ruff format --check kt_lib tests benchmarks
+
+lab: env
+	$(BIN)/jupyter lab notebooks/
+
+benchmarks: env
+	$(BIN)/python benchmarks/bench_models.py
+
+clean:
+	rm -rf $(VENV) reports/*.html reports/*.ipynb reports/index.html .pytest_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

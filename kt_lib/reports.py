@@ -1,0 +1,182 @@
+"""Run the notebooks headlessly with Papermill and publish them as HTML with an index page.
+
+    python -m kt_lib.reports run [--profile quick|full] [--notebooks 01 03] [--out reports]
+    python -m kt_lib.reports run --inplace      # refresh the committed notebooks' outputs
+
+Profiles live in notebooks/params/<profile>.yaml: a `common` mapping applied to every notebook and
+one mapping per notebook stem; a notebook only receives the parameters its `parameters` cell
+declares. Each run records the git commit, parameters and package versions in reports/index.html.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import html
+import json
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+PACKAGES = ["torch", "numpy", "pandas", "scikit-learn", "matplotlib", "seaborn", "papermill",
+            "nbconvert", "nbval"]
+
+
+def load_profile(name: str) -> dict:
+    """Read notebooks/params/<name>.yaml (clear error listing the available profiles)."""
+    from .config import read_mapping
+
+    path = NOTEBOOKS / "params" / f"{name}.yaml"
+    if not path.exists():
+        have = sorted(p.stem for p in (NOTEBOOKS / "params").glob("*.yaml"))
+        raise FileNotFoundError(f"no profile {name!r} ({path}); available: {have}")
+    return read_mapping(path)
+
+
+def notebook_params(profile: dict, path: Path) -> dict:
+    """Parameters for one notebook: common + per-notebook, filtered to what it declares."""
+    import papermill as pm
+
+    declared = {p["name"] for p in pm.inspect_notebook(str(path)).values()}
+    merged = {**(profile.get("common") or {}), **(profile.get(path.stem) or {})}
+    return {k: v for k, v in merged.items() if k in declared}
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True,
+                               text=True).stdout.strip()
+        return out + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version()}
+    for pkg in PACKAGES:
+        try:
+            found[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            found[pkg] = "-"
+    return found
+
+
+def to_html(executed: Path, target: Path) -> None:
+    """Render an executed notebook to HTML, hiding cells tagged remove_input / remove_cell."""
+    import nbformat
+    from nbconvert import HTMLExporter
+    from nbconvert.preprocessors import TagRemovePreprocessor
+    from traitlets.config import Config
+
+    c = Config()
+    c.TagRemovePreprocessor.remove_input_tags = {"remove_input", "parameters",
+                                                  "injected-parameters"}
+    c.TagRemovePreprocessor.remove_cell_tags = {"remove_cell"}
+    c.TagRemovePreprocessor.enabled = True
+    exporter = HTMLExporter(config=c)
+    exporter.register_preprocessor(TagRemovePreprocessor(config=c), enabled=True)
+    body, _ = exporter.from_notebook_node(nbformat.read(str(executed), as_version=4))
+    tmp = target.with_suffix(".html.tmp")
+    tmp.write_text(body, encoding="utf-8")
+    tmp.replace(target)
+
+
+def title_of(path: Path) -> str:
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            for line in "".join(cell["source"]).splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("# ").strip()
+    return path.stem
+
+
+def write_index(out: Path, runs: list[dict], profile: str) -> None:
+    """reports/index.html: one row per notebook with status, time and parameters."""
+    rows = []
+    for r in runs:
+        link = f'<a href="{r["stem"]}.html">{html.escape(r["title"])}</a>' if r["ok"] else \
+            html.escape(r["title"])
+        status = "ok" if r["ok"] else f'<span class="err">failed: {html.escape(r["error"])}</span>'
+        params = html.escape(json.dumps(r["params"])) if r["params"] else "defaults"
+        rows.append(f"<tr><td>{r['stem']}</td><td>{link}</td><td>{status}</td>"
+                    f"<td>{r['seconds']:.0f} s</td><td><code>{params}</code></td></tr>")
+    vers = ", ".join(f"{k} {v}" for k, v in versions().items())
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>kt-workbook reports</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}
+table{{border-collapse:collapse;width:100%}}td,th{{border:1px solid #ccc;padding:4px 8px;
+vertical-align:top}}code{{font-size:85%}}.err{{color:#b00}}</style></head><body>
+<h1>kt-workbook reports</h1>
+<p>Profile <b>{html.escape(profile)}</b> &middot; commit <code>{html.escape(git_commit())}</code>
+&middot; generated {dt.datetime.now().isoformat(timespec="seconds")}</p>
+<p>Versions: {html.escape(vers)}</p>
+<table><tr><th>#</th><th>notebook</th><th>status</th><th>time</th><th>parameters</th></tr>
+{chr(10).join(rows)}
+</table></body></html>
+"""
+    (out / "index.html").write_text(page, encoding="utf-8")
+    (out / "runs.json").write_text(json.dumps({"profile": profile, "commit": git_commit(),
+                                               "versions": versions(), "runs": runs}, indent=2))
+
+
+def run(profile: str = "quick", only: list[str] | None = None, out: Path | None = None,
+        inplace: bool = False) -> list[dict]:
+    """Execute the selected notebooks (all by default) and render the report."""
+    import papermill as pm
+
+    out = out or ROOT / "reports"
+    out.mkdir(parents=True, exist_ok=True)
+    prof = {} if inplace else load_profile(profile)
+    paths = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        paths = [p for p in paths if any(p.stem.startswith(o) for o in only)]
+        if not paths:
+            raise SystemExit(f"no notebook matches {only}")
+    runs = []
+    for path in paths:
+        params = notebook_params(prof, path)
+        target = path if inplace else out / path.name
+        print(f"[{path.stem}] running with {params or 'defaults'}", flush=True)
+        t0 = time.perf_counter()
+        record = {"stem": path.stem, "title": title_of(path), "params": params, "ok": True,
+                  "error": ""}
+        try:
+            pm.execute_notebook(str(path), str(target), parameters=params, cwd=str(ROOT),
+                                kernel_name="python3", progress_bar=False)
+            if not inplace:
+                to_html(target, out / f"{path.stem}.html")
+        except Exception as exc:  # a failed notebook is reported, the others still run
+            record.update(ok=False, error=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+        record["seconds"] = time.perf_counter() - t0
+        print(f"[{path.stem}] {'ok' if record['ok'] else record['error']} "
+              f"({record['seconds']:.0f} s)", flush=True)
+        runs.append(record)
+    if not inplace:
+        write_index(out, runs, profile)
+    if not all(r["ok"] for r in runs):
+        raise SystemExit(f"{sum(not r['ok'] for r in runs)} notebook(s) failed")
+    return runs
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="execute notebooks and render reports")
+    r.add_argument("--profile", default="quick")
+    r.add_argument("--notebooks", nargs="*", default=None, help="stems or number prefixes")
+    r.add_argument("--out", type=Path, default=None)
+    r.add_argument("--inplace", action="store_true", help="refresh committed notebooks in place")
+    a = p.parse_args(argv)
+    run(a.profile, a.notebooks, a.out, a.inplace)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
