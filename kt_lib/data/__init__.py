@@ -1,0 +1,3 @@
+from .synthetic import SimResult, SimTruth, simulate
+
+__all__ = ["SimResult", "SimTruth", "simulate"]

@@ -5,8 +5,9 @@ A archetypes, K response categories.
 
 Generative story (every draw comes from `np.random.default_rng(seed)`):
 
-1. Skills and problems. Skill difficulty `beta_c ~ N(0, 1)`, centred to mean 0. Problem p belongs to skill
-   `pid_skill[p] = p // problems_per_c` and has a Rasch offset `pid_offset_p ~ N(0, 0.3^2)`.
+1. Skills and problems. Skill difficulty `beta_c ~ N(0, 1)`, centred to mean 0 (Rasch
+   identification). Problem p belongs to skill `pid_skill[p] = p // problems_per_c` and has a
+   Rasch offset `pid_offset_p ~ N(0, 0.3^2)`.
    Population BKT parameters per skill: `L0_c ~ U(0.1, 0.6)`, `T_c ~ U(0.05, 0.3)`,
    `guess_c ~ U(0.1, 0.3)`, `slip_c ~ U(0.05, 0.2)`.
 2. Archetypes (latent learner clusters). Archetype a has a prior level `z_a = linspace(-1, 1, A)_a`
@@ -18,9 +19,11 @@ Generative story (every draw comes from `np.random.default_rng(seed)`):
    and shifts ability by `0.6 z_a`. With A = 1, arch_L0 = L0 and arch_T = T exactly.
 3. Students. `archetype_i ~ U{0..A-1}`, `theta_i = N(0, 1) + 0.6 z_{archetype_i}`.
 4. Practice schedule (structured so mastery can grow): each student walks through its own random
-   permutation of the skills in blocks (a new block starts with prob 1/5 per step, wrapping around
-   after C blocks); with prob 0.2 a step instead reviews a uniformly drawn skill of an earlier
-   block. The problem is uniform among the skill's problems.
+   permutation of the skills in blocks, wrapping around after C blocks; a new block starts with
+   prob 1/m per step, m = max(2, L / (2 C)), so a full-length sequence covers the skills about
+   twice (first pass introduces, second consolidates, so correctness rises along the sequence).
+   With prob 0.2 a step instead reviews a uniformly drawn skill of an earlier block. The problem
+   is uniform among the skill's problems.
 5. Latent BKT mastery per (student, skill), no forgetting: mastered at the first opportunity with
    prob `arch_L0[a, c]`; after each opportunity an unmastered skill becomes mastered with prob
    `arch_T[a, c]`. The response at an opportunity reads the state *before* that transition.
@@ -40,8 +43,8 @@ the skill parameters do not depend on N, and the emissions share schedule and ma
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -52,7 +55,8 @@ ARCH_THETA = 0.6  # ability shift per unit of archetype prior level z
 ARCH_L0 = 1.5  # logit(L0) shift per unit of z
 ARCH_T = 0.7  # log learning-rate scale per unit of archetype pace w
 PID_SD = 0.3  # spread of problem Rasch offsets around their skill
-BLOCK_MEAN = 5.0  # mean steps spent on one skill before moving on
+PASSES = 2.0  # times a full-length sequence walks through all skills (later passes consolidate)
+MIN_BLOCK = 2.0  # shortest mean block, so a skill is practised a few times in a row
 P_REVIEW = 0.2  # probability that a step reviews an earlier skill
 HYBRID_GAIN = 2.0  # logit gain of mastering a skill (hybrid emission)
 HYBRID_SHIFT = 0.2  # centres the hybrid logit so mean correctness lands near 0.65
@@ -173,14 +177,18 @@ def _archetypes(A: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
         return np.zeros(1), np.zeros(1), ["average"]
     z = np.linspace(-1.0, 1.0, A)
     w = np.where(np.arange(A) % 2 == 1, 1.0, -1.0)
-    names = [f"{'low' if zi < 0 else 'high'}-prior/{'fast' if wi > 0 else 'slow'}" for zi, wi in zip(z, w)]
+    names = [
+        f"{'low' if zi < 0 else 'high'}-prior/{'fast' if wi > 0 else 'slow'}"
+        for zi, wi in zip(z, w, strict=True)
+    ]
     return z, w, names
 
 
 def _schedule(rng: np.random.Generator, N: int, L: int, C: int) -> np.ndarray:
     """Skill practised at each step [N, L]: blocks along a per-student permutation, plus reviews."""
     order = np.argsort(rng.random((N, C)), axis=1)  # [N, C] each student's skill order
-    advance = rng.random((N, L)) < 1.0 / BLOCK_MEAN
+    block_mean = max(MIN_BLOCK, L / (PASSES * C))
+    advance = rng.random((N, L)) < 1.0 / block_mean
     advance[:, 0] = False
     block = np.cumsum(advance, axis=1)  # [N, L] block index
     rows = np.arange(N)[:, None]
@@ -282,7 +290,7 @@ def simulate(
             "hybrid_gain": HYBRID_GAIN,
             "hybrid_shift": HYBRID_SHIFT,
             "irt_growth": IRT_GROWTH,
-            "block_mean": BLOCK_MEAN,
+            "passes": PASSES,
             "p_review": P_REVIEW,
         },
     )
@@ -310,5 +318,12 @@ def simulate(
         StudentSeq(uid=i, q=q[i, :n], r=r[i, :n], pid=pid[i, :n])
         for i, n in enumerate(lengths.tolist())
     ]
-    data = KTDataset(students=students, num_c=C, num_pid=P, K=K, name="synthetic", source=f"simulate(seed={seed})")
+    data = KTDataset(
+        students=students,
+        num_c=C,
+        num_pid=P,
+        K=K,
+        name="synthetic",
+        source=f"simulate(seed={seed})",
+    )
     return SimResult(data=data, truth=truth)
