@@ -5,9 +5,11 @@ One network (`SAKTNet`) serves both entry points:
 - `SAKTModel` (registry "sakt"): query t is question q_t and reads interactions at steps < t
   (strict-past mask), so logits[:, t] obeys the causal contract.
 - `SAKT` (seed 004 interface): `forward(q, r, qry) -> [B, Lq, 1]` probabilities with the seed's
-  inclusive mask; queries are right-aligned to the history, so query i sits at step
-  L - Lq + i and reads interactions up to and including that step (Lq = L is classic SAKT,
-  where qry[i] is the question asked after interaction i).
+  inclusive mask: queries are right-aligned to the history, so query i reads interactions up to
+  and including step s = L - Lq + i (Lq = L is classic SAKT, where qry[i] is the question asked
+  after interaction i; the seed's example q=[1,2,3], qry=[4] reads all three interactions).
+In both, a query that reads interactions < p sits at position p, so the two entry points share
+weights exactly (P has max_len + 1 rows: a query may sit one step past the last interaction).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from torch import nn
 
 from ..config import require
 from ..data.dataset import Batch, interaction_token
-from ..nn import FeedForward, MultiHeadAttention, causal_mask
+from ..nn import FeedForward, MultiHeadAttention
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 
@@ -59,7 +61,7 @@ class SAKTNet(nn.Module):
         self.num_c, self.max_len = num_c, max_len
         self.M = nn.Embedding(2 * num_c, d)
         self.E = nn.Embedding(num_c, d)
-        self.P = nn.Embedding(max_len, d)
+        self.P = nn.Embedding(max_len + 1, d)
         self.attn = MultiHeadAttention(d, n_heads, dropout)
         self.drop = nn.Dropout(dropout)
         self.ln1 = nn.LayerNorm(d)
@@ -67,15 +69,17 @@ class SAKTNet(nn.Module):
         self.ln2 = nn.LayerNorm(d)
         self.out = nn.Linear(d, 1)
 
-    def forward(self, x: torch.Tensor, qry: torch.Tensor, strict: bool,
+    def forward(self, x: torch.Tensor, qry: torch.Tensor, first: int,
                 need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x [B, L] interaction tokens, qry [B, Lq] -> logits [B, Lq], weights [B, H, Lq, L]."""
+        """x [B, L] tokens, qry [B, Lq] -> logits [B, Lq], weights [B, H, Lq, L].
+
+        Query i sits at position first + i and reads the interactions at steps < first + i.
+        """
         L, Lq = x.shape[1], qry.shape[1]
-        offset = L - Lq  # queries sit at the last Lq steps of the history
-        pos = torch.arange(L, device=x.device)
-        kv = self.M(x) + self.P(pos)
-        query = self.E(qry) + self.P(pos[offset:])
-        mask = causal_mask(L, x.device, strict=strict)[offset:]  # [Lq, L]
+        kv = self.M(x) + self.P(torch.arange(L, device=x.device))
+        qpos = torch.arange(first, first + Lq, device=x.device)
+        query = self.E(qry) + self.P(qpos)
+        mask = torch.arange(L, device=x.device) < qpos.unsqueeze(1)  # [Lq, L] strict past
         h, w = self.attn(query, kv, kv, mask, need_weights)
         h = self.ln1(query + self.drop(h))
         h = self.ln2(h + self.drop(self.ffn(h)))
@@ -97,7 +101,7 @@ class SAKTModel(KTModel):
         if batch.q.shape[1] > self.config.max_len:
             raise ValueError(f"sequence length {batch.q.shape[1]} > max_len {self.config.max_len}")
         x = interaction_token(batch.q, batch.r, self.config.num_c)
-        logits, w = self.net(x, batch.q, strict=True, need_weights=return_attention)
+        logits, w = self.net(x, batch.q, first=0, need_weights=return_attention)
         return ModelOutput(logits=logits, attention={"layer0": w} if return_attention else None)
 
 
@@ -154,5 +158,6 @@ class SAKT(nn.Module):
     def forward(self, q: torch.Tensor, r: torch.Tensor, qry: torch.Tensor) -> torch.Tensor:
         self.validate_input(q, r, qry)
         x = interaction_token(q, r, self.number_questions)
-        logits, _ = self.net(x, qry, strict=False)
+        # query i reads steps <= L - Lq + i, i.e. sits at position L - Lq + i + 1
+        logits, _ = self.net(x, qry, first=q.shape[1] - qry.shape[1] + 1)
         return torch.sigmoid(logits).unsqueeze(-1)  # [B, Lq, 1]

@@ -1,0 +1,47 @@
+"""Shared fixtures: a seed, tiny datasets, the path of the real data (tests skip without it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from kt_lib.data.dataset import KTDataset, StudentSeq
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+@pytest.fixture
+def seed() -> int:
+    torch.manual_seed(0)
+    return 0
+
+
+def make_tiny_dataset(num_c: int = 12, num_pid: int = 36, K: int = 2, n: int = 40, L: int = 30,
+                      seed: int = 0) -> KTDataset:
+    """Random students with ragged lengths; pids consistent with num_pid (0: none)."""
+    rng = np.random.default_rng(seed)
+    students = []
+    for i in range(n):
+        length = int(rng.integers(L // 2, L + 1))
+        q = rng.integers(0, num_c, length)
+        r = rng.integers(0, K, length)
+        pid = rng.integers(0, num_pid, length) if num_pid else None
+        students.append(StudentSeq(i, q, r, pid))
+    return KTDataset(students, num_c=num_c, num_pid=num_pid, K=K, name="tiny")
+
+
+@pytest.fixture
+def tiny_data():
+    return make_tiny_dataset
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    if not SHARED_DATA.exists():
+        pytest.skip(f"real datasets not found at {SHARED_DATA}")
+    return SHARED_DATA
