@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import accuracy_score, log_loss, mean_squared_error, roc_auc_score
+from sklearn.metrics import (
+    accuracy_score,
+    cohen_kappa_score,
+    confusion_matrix,
+    f1_score,
+    log_loss,
+    mean_absolute_error,
+    mean_squared_error,
+    roc_auc_score,
+)
 
 
 def binary_metrics(y_true: np.ndarray, y_prob: np.ndarray) -> dict[str, float]:
@@ -20,15 +29,63 @@ def binary_metrics(y_true: np.ndarray, y_prob: np.ndarray) -> dict[str, float]:
     }
 
 
-def ordinal_metrics(y_true: np.ndarray, prob: np.ndarray) -> dict[str, float]:
-    """Core ordinal metrics from category probabilities [n, K]: QWK, exact accuracy, MAE."""
-    from sklearn.metrics import cohen_kappa_score, mean_absolute_error
+def predict_category(prob: np.ndarray, prediction: str = "argmax") -> np.ndarray:
+    """Predicted category from probabilities [n, K]: argmax, or the rounded expectation."""
+    prob = np.asarray(prob, dtype=np.float64)
+    if prediction == "argmax":
+        return prob.argmax(-1)
+    if prediction == "expectation":
+        expected = prob @ np.arange(prob.shape[-1])
+        return np.clip(np.floor(expected + 0.5), 0, prob.shape[-1] - 1).astype(int)
+    raise ValueError(f"prediction must be 'argmax' or 'expectation', got {prediction!r}")
 
+
+def ordinal_confusion_matrix(
+    y_true: np.ndarray, prob: np.ndarray, prediction: str = "argmax"
+) -> np.ndarray:
+    """[K, K] counts, rows = true category, columns = predicted category."""
+    prob = np.asarray(prob)
+    pred = predict_category(prob, prediction)
+    return confusion_matrix(np.asarray(y_true).astype(int), pred, labels=np.arange(prob.shape[-1]))
+
+
+def ordinal_metrics(
+    y_true: np.ndarray, prob: np.ndarray, prediction: str = "argmax", large_error: int = 2
+) -> dict[str, float]:
+    """Ordinal metrics from category probabilities [n, K], as a flat dict of floats.
+
+    qwk (quadratic weighted kappa), acc (exact), ordinal_acc (|pred - true| <= 1), mae,
+    near_miss (|pred - true| = 1), large_error (|pred - true| > `large_error`, seed 002's > 2),
+    f1_k per category and macro_f1; with K = 2 also the binary metrics of P(Y = 1) (auc, rmse,
+    logloss), so a binary run of an ordinal model sits beside the binary models.
+    """
     y_true = np.asarray(y_true).astype(int)
-    pred = np.asarray(prob).argmax(-1)
-    return {
-        "qwk": float(cohen_kappa_score(y_true, pred, weights="quadratic")),
+    prob = np.asarray(prob, dtype=np.float64)
+    if prob.ndim != 2 or prob.shape[0] != len(y_true):
+        raise ValueError(f"prob must be [n, K] with n = {len(y_true)}, got {prob.shape}")
+    if large_error < 1:
+        raise ValueError(f"large_error must be >= 1, got {large_error}")
+    K = prob.shape[1]
+    pred = predict_category(prob, prediction)
+    err = np.abs(pred - y_true)
+    labels = np.arange(K)
+    if len(np.union1d(y_true, pred)) > 1:
+        qwk = float(cohen_kappa_score(y_true, pred, labels=labels, weights="quadratic"))
+    else:  # one category everywhere: kappa is 0/0
+        qwk = float("nan")
+    f1 = f1_score(y_true, pred, labels=labels, average=None, zero_division=0)
+    out = {
+        "qwk": qwk,
         "acc": float(accuracy_score(y_true, pred)),
+        "ordinal_acc": float(np.mean(err <= 1)),
         "mae": float(mean_absolute_error(y_true, pred)),
-        "n": int(len(y_true)),
+        "near_miss": float(np.mean(err == 1)),
+        "large_error": float(np.mean(err > large_error)),
+        **{f"f1_{k}": float(f1[k]) for k in range(K)},
+        "macro_f1": float(f1.mean()),
     }
+    if K == 2:
+        binary = binary_metrics(y_true, prob[:, 1])
+        out.update(auc=binary["auc"], rmse=binary["rmse"], logloss=binary["logloss"])
+    out["n"] = int(len(y_true))
+    return out
