@@ -10,8 +10,8 @@ Conventions (the one place they are written down):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -65,7 +65,7 @@ class KTDataset:
     def has_pid(self) -> bool:
         return self.num_pid > 0 and all(s.pid is not None for s in self.students)
 
-    def subset(self, index, name: str | None = None) -> "KTDataset":
+    def subset(self, index, name: str | None = None) -> KTDataset:
         """Students at the given positions, same vocabulary."""
         return replace(
             self, students=[self.students[int(i)] for i in index], name=name or self.name
@@ -100,7 +100,7 @@ class Batch:
     start: torch.Tensor | None = None  # [B] long offset of the window inside the student's log
     extras: dict = field(default_factory=dict)  # per-batch tensors added by references/banks
 
-    def to(self, device) -> "Batch":
+    def to(self, device) -> Batch:
         moved = {}
         for f in fields(self):
             v = getattr(self, f.name)
@@ -118,7 +118,7 @@ class Batch:
     def shape(self) -> tuple[int, int]:
         return tuple(self.q.shape)
 
-    def clone(self) -> "Batch":
+    def clone(self) -> Batch:
         return Batch(
             q=self.q.clone(),
             r=self.r.clone(),

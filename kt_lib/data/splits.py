@@ -6,7 +6,7 @@ disjoint and covering; each part keeps the students in their original order.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -21,7 +21,9 @@ def split_students(
     """Seeded disjoint student split into parts of the given fractions (which must sum to 1)."""
     frac = np.asarray(fractions, dtype=float)
     if frac.ndim != 1 or len(frac) < 2 or (frac < 0).any() or abs(frac.sum() - 1) > 1e-6:
-        raise ValueError(f"fractions must be >= 2 non-negative numbers summing to 1, got {fractions}")
+        raise ValueError(
+            f"fractions must be >= 2 non-negative numbers summing to 1, got {fractions}"
+        )
     n = len(dataset)
     perm = np.random.default_rng(seed).permutation(n)
     # Rounded cumulative bounds: sizes differ from fraction * n by < 1 and always sum to n.
@@ -30,7 +32,7 @@ def split_students(
     labels = _LABELS.get(len(frac), tuple(f"part{i}" for i in range(len(frac))))
     return tuple(
         dataset.subset(np.sort(perm[a:b]), name=f"{dataset.name}/{label}")
-        for a, b, label in zip(bounds[:-1], bounds[1:], labels)
+        for a, b, label in zip(bounds[:-1], bounds[1:], labels, strict=False)
     )
 
 
@@ -52,7 +54,7 @@ def kfold(dataset: KTDataset, k: int = 5, seed: int = 0) -> list[tuple[KTDataset
 
 
 def file_folds(dataset: KTDataset) -> list[tuple[KTDataset, KTDataset]]:
-    """(train, valid) per fold read from the file (`StudentSeq.fold` >= 0), in increasing fold order.
+    """(train, valid) per fold stored in the file (`StudentSeq.fold` >= 0), by increasing fold.
 
     Students with fold -1 (none / test) belong to no fold and are left out of both parts.
     """
@@ -60,11 +62,13 @@ def file_folds(dataset: KTDataset) -> list[tuple[KTDataset, KTDataset]]:
     values = np.unique(folds[folds >= 0])
     if len(values) < 2:
         raise ValueError(
-            f"{dataset.name}: file folds need >= 2 distinct fold values >= 0, found {values.tolist()}"
+            f"{dataset.name}: file folds need >= 2 distinct folds >= 0, found {values.tolist()}"
         )
     return [
         (
-            dataset.subset(np.flatnonzero((folds >= 0) & (folds != f)), name=f"{dataset.name}/fold{f}/train"),
+            dataset.subset(
+                np.flatnonzero((folds >= 0) & (folds != f)), name=f"{dataset.name}/fold{f}/train"
+            ),
             dataset.subset(np.flatnonzero(folds == f), name=f"{dataset.name}/fold{f}/valid"),
         )
         for f in values
