@@ -8,8 +8,8 @@ from the perturbed data, so the audit also covers leaks through that state.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -31,12 +31,21 @@ class AuditResult:
 
     def __str__(self) -> str:
         verdict = "PASS" if self.passed else "LEAK"
-        return (f"causality audit {verdict}: max change {self.max_diff:.2e} at t={self.worst_step} "
-                f"over {len(self.steps)} audited steps")
+        return (
+            f"causality audit {verdict}: max change {self.max_diff:.2e} at t={self.worst_step} "
+            f"over {len(self.steps)} audited steps"
+        )
 
 
-def random_batch(num_c: int, B: int = 4, L: int = 20, num_pid: int = 0, K: int = 2,
-                 seed: int = 0, ragged: bool = True) -> Batch:
+def random_batch(
+    num_c: int,
+    B: int = 4,
+    L: int = 20,
+    num_pid: int = 0,
+    K: int = 2,
+    seed: int = 0,
+    ragged: bool = True,
+) -> Batch:
     """A random padded batch for tests and audits (some rows shorter when `ragged`)."""
     g = torch.Generator().manual_seed(seed)
     lengths = torch.full((B,), L)
@@ -49,18 +58,20 @@ def random_batch(num_c: int, B: int = 4, L: int = 20, num_pid: int = 0, K: int =
     return Batch(q=q, r=r, mask=mask, pid=pid, uid=torch.arange(B), start=torch.zeros(B).long())
 
 
-def perturb_future(batch: Batch, t: int, num_c: int, num_pid: int, K: int,
-                   generator: torch.Generator) -> Batch:
+def perturb_future(
+    batch: Batch, t: int, num_c: int, num_pid: int, K: int, generator: torch.Generator
+) -> Batch:
     """Copy of `batch` with r[:, t:], q[:, t+1:] and pid[:, t+1:] redrawn at random."""
     b = batch.clone()
     B, L = b.q.shape
     dev = b.q.device
     b.r[:, t:] = torch.randint(0, K, (B, L - t), generator=generator).to(dev)
     if t + 1 < L:
-        b.q[:, t + 1:] = torch.randint(0, num_c, (B, L - t - 1), generator=generator).to(dev)
+        b.q[:, t + 1 :] = torch.randint(0, num_c, (B, L - t - 1), generator=generator).to(dev)
         if b.pid is not None and num_pid:
-            b.pid[:, t + 1:] = torch.randint(0, num_pid, (B, L - t - 1),
-                                             generator=generator).to(dev)
+            b.pid[:, t + 1 :] = torch.randint(0, num_pid, (B, L - t - 1), generator=generator).to(
+                dev
+            )
     return b
 
 

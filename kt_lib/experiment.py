@@ -37,27 +37,50 @@ class ExperimentResult:
 
     def row(self) -> dict:
         """Flat dict for a results table."""
-        return {"model": self.name, **{f"test_{k}": v for k, v in self.test.items() if k != "n"},
-                "best_epoch": self.best_epoch, "params": self.n_params,
-                "train_seconds": round(self.seconds, 1)}
+        return {
+            "model": self.name,
+            **{f"test_{k}": v for k, v in self.test.items() if k != "n"},
+            "best_epoch": self.best_epoch,
+            "params": self.n_params,
+            "train_seconds": round(self.seconds, 1),
+        }
 
 
-def run_experiment(model_name: str, train: KTDataset, valid: KTDataset, test: KTDataset | None,
-                   preset: str = "default", model_config=None, train_config: TrainConfig | None = None,
-                   seed: int = 0, label: str | None = None, **model_overrides) -> ExperimentResult:
+def run_experiment(
+    model_name: str,
+    train: KTDataset,
+    valid: KTDataset,
+    test: KTDataset | None,
+    preset: str = "default",
+    model_config=None,
+    train_config: TrainConfig | None = None,
+    seed: int = 0,
+    label: str | None = None,
+    **model_overrides,
+) -> ExperimentResult:
     """Seeded build + fit + test evaluation of one registered model."""
     cfg = train_config or TrainConfig()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = build_model(model_name, model_config, dataset=train, preset=preset,
-                            **model_overrides)
+        model = build_model(
+            model_name, model_config, dataset=train, preset=preset, **model_overrides
+        )
     res = fit(model, train, valid, cfg, seed=seed)
     ev = dict(batch_size=cfg.eval_batch_size, max_len=cfg.max_len, device=cfg.device)
     valid_m = evaluate(res.model, valid, **ev)
     test_m = evaluate(res.model, test, **ev) if test is not None else {}
     n_params = sum(p.numel() for p in res.model.parameters())
-    return ExperimentResult(label or model_name, res.model, res.history, valid_m, test_m,
-                            res.seconds, n_params, res.best_epoch, asdict(model.config))
+    return ExperimentResult(
+        label or model_name,
+        res.model,
+        res.history,
+        valid_m,
+        test_m,
+        res.seconds,
+        n_params,
+        res.best_epoch,
+        asdict(model.config),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -87,12 +110,32 @@ def main(argv: list[str] | None = None) -> None:
     for name in a.models:
         for seed in a.seeds:
             t0 = time.perf_counter()
-            tc = TrainConfig(epochs=a.epochs, patience=a.patience, batch_size=a.batch_size,
-                             lr=a.lr, max_len=a.max_len, device=a.device, progress=False)
-            res = run_experiment(name, bundle.train, bundle.valid, bundle.test, a.preset,
-                                 train_config=tc, seed=seed, **overrides)
-            row = {**res.row(), "seed": seed, "wall_seconds": time.perf_counter() - t0,
-                   "valid": res.valid, "history": res.history.to_dict(orient="list")}
+            tc = TrainConfig(
+                epochs=a.epochs,
+                patience=a.patience,
+                batch_size=a.batch_size,
+                lr=a.lr,
+                max_len=a.max_len,
+                device=a.device,
+                progress=False,
+            )
+            res = run_experiment(
+                name,
+                bundle.train,
+                bundle.valid,
+                bundle.test,
+                a.preset,
+                train_config=tc,
+                seed=seed,
+                **overrides,
+            )
+            row = {
+                **res.row(),
+                "seed": seed,
+                "wall_seconds": time.perf_counter() - t0,
+                "valid": res.valid,
+                "history": res.history.to_dict(orient="list"),
+            }
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "history"}), flush=True)
             save_json(a.out, {"args": vars(a), "protocol": bundle.protocol, "results": rows})

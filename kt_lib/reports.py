@@ -23,8 +23,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-PACKAGES = ["torch", "numpy", "pandas", "scikit-learn", "matplotlib", "seaborn", "papermill",
-            "nbconvert", "nbval"]
+PACKAGES = [
+    "torch",
+    "numpy",
+    "pandas",
+    "scikit-learn",
+    "matplotlib",
+    "seaborn",
+    "papermill",
+    "nbconvert",
+    "nbval",
+]
 
 
 def load_profile(name: str) -> dict:
@@ -49,10 +58,16 @@ def notebook_params(profile: dict, path: Path) -> dict:
 
 def git_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True,
-                               text=True).stdout.strip()
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
         return out + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -76,8 +91,11 @@ def to_html(executed: Path, target: Path) -> None:
     from traitlets.config import Config
 
     c = Config()
-    c.TagRemovePreprocessor.remove_input_tags = {"remove_input", "parameters",
-                                                  "injected-parameters"}
+    c.TagRemovePreprocessor.remove_input_tags = {
+        "remove_input",
+        "parameters",
+        "injected-parameters",
+    }
     c.TagRemovePreprocessor.remove_cell_tags = {"remove_cell"}
     c.TagRemovePreprocessor.enabled = True
     exporter = HTMLExporter(config=c)
@@ -102,12 +120,17 @@ def write_index(out: Path, runs: list[dict], profile: str) -> None:
     """reports/index.html: one row per notebook with status, time and parameters."""
     rows = []
     for r in runs:
-        link = f'<a href="{r["stem"]}.html">{html.escape(r["title"])}</a>' if r["ok"] else \
-            html.escape(r["title"])
+        link = (
+            f'<a href="{r["stem"]}.html">{html.escape(r["title"])}</a>'
+            if r["ok"]
+            else html.escape(r["title"])
+        )
         status = "ok" if r["ok"] else f'<span class="err">failed: {html.escape(r["error"])}</span>'
         params = html.escape(json.dumps(r["params"])) if r["params"] else "defaults"
-        rows.append(f"<tr><td>{r['stem']}</td><td>{link}</td><td>{status}</td>"
-                    f"<td>{r['seconds']:.0f} s</td><td><code>{params}</code></td></tr>")
+        rows.append(
+            f"<tr><td>{r['stem']}</td><td>{link}</td><td>{status}</td>"
+            f"<td>{r['seconds']:.0f} s</td><td><code>{params}</code></td></tr>"
+        )
     vers = ", ".join(f"{k} {v}" for k, v in versions().items())
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>kt-workbook reports</title>
@@ -123,12 +146,20 @@ vertical-align:top}}code{{font-size:85%}}.err{{color:#b00}}</style></head><body>
 </table></body></html>
 """
     (out / "index.html").write_text(page, encoding="utf-8")
-    (out / "runs.json").write_text(json.dumps({"profile": profile, "commit": git_commit(),
-                                               "versions": versions(), "runs": runs}, indent=2))
+    (out / "runs.json").write_text(
+        json.dumps(
+            {"profile": profile, "commit": git_commit(), "versions": versions(), "runs": runs},
+            indent=2,
+        )
+    )
 
 
-def run(profile: str = "quick", only: list[str] | None = None, out: Path | None = None,
-        inplace: bool = False) -> list[dict]:
+def run(
+    profile: str = "quick",
+    only: list[str] | None = None,
+    out: Path | None = None,
+    inplace: bool = False,
+) -> list[dict]:
     """Execute the selected notebooks (all by default) and render the report."""
     import papermill as pm
 
@@ -146,18 +177,32 @@ def run(profile: str = "quick", only: list[str] | None = None, out: Path | None 
         target = path if inplace else out / path.name
         print(f"[{path.stem}] running with {params or 'defaults'}", flush=True)
         t0 = time.perf_counter()
-        record = {"stem": path.stem, "title": title_of(path), "params": params, "ok": True,
-                  "error": ""}
+        record = {
+            "stem": path.stem,
+            "title": title_of(path),
+            "params": params,
+            "ok": True,
+            "error": "",
+        }
         try:
-            pm.execute_notebook(str(path), str(target), parameters=params, cwd=str(ROOT),
-                                kernel_name="python3", progress_bar=False)
+            pm.execute_notebook(
+                str(path),
+                str(target),
+                parameters=params,
+                cwd=str(ROOT),
+                kernel_name="python3",
+                progress_bar=False,
+            )
             if not inplace:
                 to_html(target, out / f"{path.stem}.html")
         except Exception as exc:  # a failed notebook is reported, the others still run
             record.update(ok=False, error=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
         record["seconds"] = time.perf_counter() - t0
-        print(f"[{path.stem}] {'ok' if record['ok'] else record['error']} "
-              f"({record['seconds']:.0f} s)", flush=True)
+        print(
+            f"[{path.stem}] {'ok' if record['ok'] else record['error']} "
+            f"({record['seconds']:.0f} s)",
+            flush=True,
+        )
         runs.append(record)
     if not inplace:
         write_index(out, runs, profile)

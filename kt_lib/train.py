@@ -64,8 +64,9 @@ class FitResult:
 
 
 @torch.no_grad()
-def predict(model: KTModel, data: KTDataset, batch_size: int = 128, max_len: int = 200,
-            device: str = "cpu") -> dict[str, np.ndarray]:
+def predict(
+    model: KTModel, data: KTDataset, batch_size: int = 128, max_len: int = 200, device: str = "cpu"
+) -> dict[str, np.ndarray]:
     """Predictions on every valid position: y_true, prob ([n] or [n, K]), uid, step."""
     was_training = model.training
     model.eval()
@@ -84,8 +85,9 @@ def predict(model: KTModel, data: KTDataset, batch_size: int = 128, max_len: int
     return {"y_true": cat(ys), "prob": cat(ps), "uid": cat(uids), "step": cat(steps)}
 
 
-def evaluate(model: KTModel, data: KTDataset, batch_size: int = 128, max_len: int = 200,
-             device: str = "cpu") -> dict[str, float]:
+def evaluate(
+    model: KTModel, data: KTDataset, batch_size: int = 128, max_len: int = 200, device: str = "cpu"
+) -> dict[str, float]:
     """Metrics over valid positions (binary: AUC/acc/RMSE/log-loss; ordinal: QWK and friends)."""
     pred = predict(model, data, batch_size, max_len, device)
     if model.ordinal:
@@ -105,8 +107,13 @@ def _prefix(cfg: TrainConfig, kind: str) -> Path:
     return Path(f"{cfg.checkpoint}_{kind}")
 
 
-def fit(model: KTModel, train: KTDataset, valid: KTDataset, config: TrainConfig | None = None,
-        **overrides) -> FitResult:
+def fit(
+    model: KTModel,
+    train: KTDataset,
+    valid: KTDataset,
+    config: TrainConfig | None = None,
+    **overrides,
+) -> FitResult:
     """Train with early stopping on the validation metric; returns the best model and history."""
     cfg = TrainConfig(**{**asdict(config or TrainConfig()), **overrides})
     cfg.validate()
@@ -152,22 +159,41 @@ def fit(model: KTModel, train: KTDataset, valid: KTDataset, config: TrainConfig 
                 bar.set_postfix(loss=f"{float(terms['total'].detach()):.4f}")
             row = {"epoch": epoch, **{f"train_{k}": v / len(loader) for k, v in sums.items()}}
             row["train_seconds"] = time.perf_counter() - te
-            row.update({f"valid_{k}": v for k, v in
-                        evaluate(model, valid, cfg.eval_batch_size, cfg.max_len, cfg.device).items()})
+            row.update(
+                {
+                    f"valid_{k}": v
+                    for k, v in evaluate(
+                        model, valid, cfg.eval_batch_size, cfg.max_len, cfg.device
+                    ).items()
+                }
+            )
             rows.append(row)
             score = row[f"valid_{metric}"]
             if score > best["metric"]:
-                best.update(metric=score, epoch=epoch, state=copy.deepcopy(model.state_dict()),
-                            extra=copy.deepcopy(model.extra_state()))
+                best.update(
+                    metric=score,
+                    epoch=epoch,
+                    state=copy.deepcopy(model.state_dict()),
+                    extra=copy.deepcopy(model.extra_state()),
+                )
                 waited = 0
                 if cfg.checkpoint:
                     save_model(_prefix(cfg, "best"), model, {"epoch": epoch, metric: score})
             else:
                 waited += 1
             if cfg.checkpoint:
-                save_model(_prefix(cfg, "last"), model, optimizer=opt, meta={
-                    "epoch": epoch, "waited": waited, "history": rows,
-                    "best_metric": best["metric"], "best_epoch": best["epoch"]})
+                save_model(
+                    _prefix(cfg, "last"),
+                    model,
+                    optimizer=opt,
+                    meta={
+                        "epoch": epoch,
+                        "waited": waited,
+                        "history": rows,
+                        "best_metric": best["metric"],
+                        "best_epoch": best["epoch"],
+                    },
+                )
             if waited >= cfg.patience:
                 break
 
@@ -182,5 +208,6 @@ def fit(model: KTModel, train: KTDataset, valid: KTDataset, config: TrainConfig 
     history = pd.DataFrame(rows)
     if cfg.checkpoint:
         save_json(Path(f"{cfg.checkpoint}_history.json"), {"history": rows})
-    return FitResult(model, history, int(best["epoch"]), float(best["metric"]),
-                     time.perf_counter() - t0)
+    return FitResult(
+        model, history, int(best["epoch"]), float(best["metric"]), time.perf_counter() - t0
+    )

@@ -21,8 +21,9 @@ def seed() -> int:
     return 0
 
 
-def make_tiny_dataset(num_c: int = 12, num_pid: int = 36, K: int = 2, n: int = 40, L: int = 30,
-                      seed: int = 0) -> KTDataset:
+def make_tiny_dataset(
+    num_c: int = 12, num_pid: int = 36, K: int = 2, n: int = 40, L: int = 30, seed: int = 0
+) -> KTDataset:
     """Random students with ragged lengths; pids consistent with num_pid (0: none)."""
     rng = np.random.default_rng(seed)
     students = []

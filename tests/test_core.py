@@ -57,7 +57,7 @@ class _LeakyToy(KTModel):
     def forward(self, batch, return_attention=False):
         r = batch.r.float()
         if self.lag:  # peeks `lag` steps ahead
-            r = torch.cat([r[:, self.lag:], torch.zeros_like(r[:, : self.lag])], 1)
+            r = torch.cat([r[:, self.lag :], torch.zeros_like(r[:, : self.lag])], 1)
         return ModelOutput(logits=self.w * r)
 
 
@@ -132,17 +132,32 @@ def test_fit_is_deterministic_and_resumes(tmp_path):
     cols = [c for c in a.history.columns if "seconds" not in c]
     assert np.array_equal(a.history[cols].values, b.history[cols].values)
     # stop after 2 epochs, then resume to 3: same history as the straight run
-    prefix = str(tmp_path / "ck")
-    run(checkpoint=prefix).history  # writes ..._last after each epoch
     straight = a.history[cols].values
     torch.manual_seed(0)
     model = build_model("sakt", preset="tiny", dataset=train)
-    fit(model, train, valid, epochs=2, max_len=16, progress=False, patience=9,
-        checkpoint=str(tmp_path / "r"))
+    fit(
+        model,
+        train,
+        valid,
+        epochs=2,
+        max_len=16,
+        progress=False,
+        patience=9,
+        checkpoint=str(tmp_path / "r"),
+    )
     torch.manual_seed(0)
     model = build_model("sakt", preset="tiny", dataset=train)
-    resumed = fit(model, train, valid, epochs=3, max_len=16, progress=False, patience=9,
-                  checkpoint=str(tmp_path / "r"), resume=True)
+    resumed = fit(
+        model,
+        train,
+        valid,
+        epochs=3,
+        max_len=16,
+        progress=False,
+        patience=9,
+        checkpoint=str(tmp_path / "r"),
+        resume=True,
+    )
     assert np.allclose(resumed.history[cols].values, straight, atol=1e-6)
 
 

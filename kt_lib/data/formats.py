@@ -454,6 +454,23 @@ class Bundle:
         """One row of `KTDataset.stats()` per split."""
         return pd.DataFrame([d.stats() for d in (self.train, self.valid, self.test)])
 
+    def students_frame(self) -> pd.DataFrame:
+        """Per-student table (uid, split, length, mean response) with the simulator's truth.
+
+        Simulator uids index the truth arrays (archetype, theta), so rows carry them when known.
+        """
+        rows = []
+        for split, d in (("train", self.train), ("valid", self.valid), ("test", self.test)):
+            scale = max(d.K - 1, 1)
+            rows += [(s.uid, split, len(s), s.r.mean() / scale) for s in d.students]
+        frame = pd.DataFrame(rows, columns=["uid", "split", "length", "mean_response"])
+        t = self.truth
+        if t is not None:
+            frame["archetype"] = t.archetype[frame["uid"]]
+            frame["arch_name"] = np.asarray(t.arch_names)[frame["archetype"]]
+            frame["theta"] = t.theta[frame["uid"]]
+        return frame
+
 
 def _find(d: Path, pattern: str) -> Path:
     """The single file of `d` matching `pattern`, or an error saying what was looked for."""

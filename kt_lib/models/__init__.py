@@ -3,8 +3,16 @@
 import importlib
 import pkgutil
 
-from .base import MODELS, BaseConfig, KTModel, ModelOutput, build_model, list_models, make_config
-from .base import register
+from .base import (
+    MODELS,
+    BaseConfig,
+    KTModel,
+    ModelOutput,
+    build_model,
+    list_models,
+    make_config,
+    register,
+)
 
 for _m in pkgutil.iter_modules(__path__):
     if _m.name != "base":

@@ -28,7 +28,9 @@ class ModelOutput:
     """What every model's forward returns."""
 
     logits: torch.Tensor  # [B, L] binary logits, or [B, L, K] category logits for ordinal models
-    losses: dict[str, torch.Tensor] = field(default_factory=dict)  # auxiliary terms, already weighted
+    losses: dict[str, torch.Tensor] = field(
+        default_factory=dict
+    )  # auxiliary terms, already weighted
     attention: dict[str, torch.Tensor] | None = None  # name -> [B, H, L, S], only if asked
     extras: dict[str, Any] = field(default_factory=dict)  # theta, beta, mastery, L0, T, ...
 
@@ -105,8 +107,9 @@ def list_models() -> list[str]:
     return MODELS.names()
 
 
-def make_config(name: str, config=None, dataset: KTDataset | None = None, preset: str = "default",
-                **overrides):
+def make_config(
+    name: str, config=None, dataset: KTDataset | None = None, preset: str = "default", **overrides
+):
     """Resolve a config for model `name` from a dataclass, dict, YAML/JSON path or preset."""
     cls = MODELS[name].config_cls
     if config is None:
@@ -130,8 +133,9 @@ def make_config(name: str, config=None, dataset: KTDataset | None = None, preset
     return from_dict(cls, base, source=str(config) if isinstance(config, (str, Path)) else name)
 
 
-def build_model(name: str, config=None, dataset: KTDataset | None = None, preset: str = "default",
-                **overrides) -> KTModel:
+def build_model(
+    name: str, config=None, dataset: KTDataset | None = None, preset: str = "default", **overrides
+) -> KTModel:
     """Build a registered model; unknown names raise KeyError listing the valid ones."""
     cls = MODELS[name]
     return cls(make_config(name, config, dataset, preset, **overrides))

@@ -45,7 +45,7 @@ class SAKTConfig(BaseConfig):
 
     @classmethod
     def tiny(cls, **kw):
-        return cls(**{"d": 16, "n_heads": 2, "max_len": 64, **kw})
+        return cls(**{"d": 16, "n_heads": 2, **kw})
 
     @classmethod
     def paper(cls, **kw):
@@ -55,8 +55,9 @@ class SAKTConfig(BaseConfig):
 class SAKTNet(nn.Module):
     """Embeddings M (interactions), E (queries), P (positions), one attention + FFN, linear out."""
 
-    def __init__(self, num_c: int, d: int, n_heads: int, d_ff: int | None, dropout: float,
-                 max_len: int):
+    def __init__(
+        self, num_c: int, d: int, n_heads: int, d_ff: int | None, dropout: float, max_len: int
+    ):
         super().__init__()
         self.num_c, self.max_len = num_c, max_len
         self.M = nn.Embedding(2 * num_c, d)
@@ -69,8 +70,9 @@ class SAKTNet(nn.Module):
         self.ln2 = nn.LayerNorm(d)
         self.out = nn.Linear(d, 1)
 
-    def forward(self, x: torch.Tensor, qry: torch.Tensor, first: int,
-                need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self, x: torch.Tensor, qry: torch.Tensor, first: int, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x [B, L] tokens, qry [B, Lq] -> logits [B, Lq], weights [B, H, Lq, L].
 
         Query i sits at position first + i and reads the interactions at steps < first + i.
@@ -113,10 +115,17 @@ def _check_ids(name: str, t: torch.Tensor, upper: int, allowed: str) -> None:
 
 
 class SAKT(nn.Module):
-    """Seed 004's public SAKT: `SAKT(number_questions, ...)(q, r, qry) -> [B, Lq, 1]` probabilities."""
+    """Seed 004's public SAKT: `SAKT(number_questions, ...)(q, r, qry) -> [B, Lq, 1]` probs."""
 
-    def __init__(self, number_questions: int, d: int = 256, num_heads: int = 8,
-                 d_ff: int | None = None, dropout: float = 0.1, max_seq_len: int = 200):
+    def __init__(
+        self,
+        number_questions: int,
+        d: int = 256,
+        num_heads: int = 8,
+        d_ff: int | None = None,
+        dropout: float = 0.1,
+        max_seq_len: int = 200,
+    ):
         super().__init__()
         if number_questions <= 0:
             raise ValueError(f"number_questions must be > 0, got {number_questions}")
@@ -125,7 +134,7 @@ class SAKT(nn.Module):
         self.net = SAKTNet(number_questions, d, num_heads, d_ff, dropout, max_seq_len)
 
     @classmethod
-    def from_model(cls, model: SAKTModel) -> "SAKT":
+    def from_model(cls, model: SAKTModel) -> SAKT:
         """Wrap the weights of a trained registry SAKT in the seed interface."""
         c = model.config
         public = cls(c.num_c, c.d, c.n_heads, c.d_ff, c.dropout, c.max_len)
@@ -141,8 +150,9 @@ class SAKT(nn.Module):
             if t.dtype.is_floating_point or t.dtype == torch.bool:
                 raise ValueError(f"{name} must hold integer ids, got dtype {t.dtype}")
         if q.shape != r.shape:
-            raise ValueError(f"q and r must have the same shape, got {tuple(q.shape)} and "
-                             f"{tuple(r.shape)}")
+            raise ValueError(
+                f"q and r must have the same shape, got {tuple(q.shape)} and {tuple(r.shape)}"
+            )
         if qry.shape[0] != q.shape[0]:
             raise ValueError(f"qry batch {qry.shape[0]} != q batch {q.shape[0]}")
         if q.shape[1] == 0 or qry.shape[1] == 0:

@@ -24,7 +24,7 @@ class ReferenceModel(ABC):
     fitted: bool = False
 
     @abstractmethod
-    def fit(self, train: KTDataset) -> "ReferenceModel":
+    def fit(self, train: KTDataset) -> ReferenceModel:
         """Fit on training students only; returns self."""
 
     @abstractmethod

@@ -1,1 +1,6 @@
-"""Plots for the notebooks, one module per topic (common, attention, memory, interpret, ordinal)."""
+"""Plots for the notebooks, one module per topic: common (data, curves, ROC), interpret (AKT decay,
+iDKT L0/T), irt (iKT3), memory (SimAKT banks), ordinal (GPCM), attention (maps of every model)."""
+
+from .common import setup
+
+__all__ = ["setup"]

@@ -1,0 +1,130 @@
+"""Speed and memory of every registered model: one training step and one inference pass.
+
+    python benchmarks/bench_models.py [--models sakt dkt] [--repeats 7] [--out FILE.json]
+
+Setting (issue 2): B=64, L=200, paper preset (d=256 where the model has it), 100 skills, no
+problem ids, CPU; plus seed 004's latency case for the public SAKT class (batch 32, sequence 100).
+Each model runs in a fresh subprocess so its peak resident memory (ru_maxrss) is its own. Prints
+one JSON object per model and writes them all to --out. Figures are medians over --repeats after a
+warm-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+B, L, NUM_C = 64, 200, 100
+
+
+def _median_seconds(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_one(name: str, repeats: int) -> dict:
+    from kt_lib.audit import random_batch
+    from kt_lib.data.synthetic import simulate
+    from kt_lib.models import MODELS, build_model
+
+    torch.manual_seed(0)
+    K = 4 if MODELS[name].ordinal else 2
+    model = build_model(name, preset="paper", num_c=NUM_C, num_pid=0, K=K)
+    train = simulate(num_students=200, seq_len=L, num_c=NUM_C, K=K, seed=0).data
+    train.num_pid = 0
+    for s in train.students:
+        s.pid = None
+    model.prepare(train)
+    batch = random_batch(NUM_C, B=B, L=L, K=K, seed=0, ragged=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def step():
+        model.train()
+        terms = model.loss(model(batch), batch, 0)
+        opt.zero_grad()
+        terms["total"].backward()
+        opt.step()
+
+    def infer():
+        model.eval()
+        with torch.no_grad():
+            model(batch)
+
+    train_s = _median_seconds(step, repeats)
+    infer_s = _median_seconds(infer, repeats)
+    return {
+        "model": name,
+        "params": sum(p.numel() for p in model.parameters()),
+        "train_step_s": round(train_s, 4),
+        "train_interactions_per_s": round(B * L / train_s),
+        "inference_s": round(infer_s, 4),
+        "inference_interactions_per_s": round(B * L / infer_s),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "threads": torch.get_num_threads(),
+    }
+
+
+def bench_seed_sakt(repeats: int) -> dict:
+    from kt_lib.models.sakt import SAKT
+
+    torch.manual_seed(0)
+    model = SAKT(number_questions=NUM_C, d=256, num_heads=8, dropout=0.1).eval()
+    q = torch.randint(0, NUM_C, (32, 100))
+    r = torch.randint(0, 2, (32, 100))
+
+    def fwd():
+        with torch.no_grad():
+            model(q, r, q)
+
+    return {
+        "model": "SAKT seed-004 interface (batch 32, seq 100, forward)",
+        "forward_ms": round(1000 * _median_seconds(fwd, max(repeats, 20)), 2),
+        "threads": torch.get_num_threads(),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--models", nargs="*", default=None)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--out", default="benchmarks/results/models.json")
+    p.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.one:
+        res = bench_seed_sakt(a.repeats) if a.one == "seed_sakt" else bench_one(a.one, a.repeats)
+        print(json.dumps(res))
+        return
+    from kt_lib.models import list_models
+
+    results = []
+    for name in (a.models or list_models()) + ["seed_sakt"]:
+        out = subprocess.run(
+            [sys.executable, __file__, "--one", name, "--repeats", str(a.repeats)],
+            capture_output=True,
+            text=True,
+        )
+        if out.returncode:
+            res = {"model": name, "error": out.stderr.strip().splitlines()[-1]}
+        else:
+            res = json.loads(out.stdout.strip().splitlines()[-1])
+        print(json.dumps(res), flush=True)
+        results.append(res)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""Plots shared by the notebooks: data overview, training curves, ROC, metrics tables."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from sklearn.metrics import roc_curve
+
+from ..data.dataset import KTDataset
+
+
+def setup(context: str = "notebook") -> None:
+    """One consistent look for every notebook."""
+    sns.set_theme(context=context, style="whitegrid")
+    plt.rcParams["figure.dpi"] = 90
+
+
+def plot_lengths(datasets: dict[str, KTDataset], max_len: int | None = None, ax=None):
+    """Histogram of sequence lengths per split, with the chunk length marked."""
+    ax = ax or plt.subplots(figsize=(7, 3.5))[1]
+    frame = pd.DataFrame(
+        [(name, len(s)) for name, d in datasets.items() for s in d.students],
+        columns=["split", "length"],
+    )
+    sns.histplot(frame, x="length", hue="split", bins=40, element="step", ax=ax)
+    if max_len:
+        ax.axvline(max_len, color="k", ls="--", lw=1)
+        ax.text(max_len, ax.get_ylim()[1] * 0.9, f" max_len={max_len}", fontsize=9)
+    ax.set_title("Sequence lengths")
+    return ax
+
+
+def skill_table(data: KTDataset) -> pd.DataFrame:
+    """Per-skill interaction count and mean response."""
+    q = np.concatenate([s.q for s in data.students])
+    r = np.concatenate([s.r for s in data.students]) / max(data.K - 1, 1)
+    frame = pd.DataFrame({"skill": q, "response": r})
+    return (
+        frame.groupby("skill")["response"]
+        .agg(count="size", mean="mean")
+        .reset_index()
+        .sort_values("mean")
+    )
+
+
+def plot_skill_correctness(data: KTDataset, ax=None, top: int = 60):
+    """Mean correctness per skill (sorted), bar width ~ count."""
+    table = skill_table(data)
+    if len(table) > top:
+        table = table.iloc[np.linspace(0, len(table) - 1, top).astype(int)]
+    ax = ax or plt.subplots(figsize=(9, 3.5))[1]
+    sns.barplot(table, x="skill", y="mean", order=table["skill"], color="steelblue", ax=ax)
+    ax.set_xticks([])
+    ax.set_xlabel(f"skill (sorted; {len(table)} shown)")
+    ax.set_ylabel("mean response")
+    ax.set_title("Per-skill correctness")
+    return ax
+
+
+def plot_archetypes(per_student: pd.DataFrame, ax=None):
+    """Mean correctness against true ability, coloured by the simulator's archetype."""
+    ax = ax or plt.subplots(figsize=(6, 4))[1]
+    hue = "arch_name" if "arch_name" in per_student else "archetype"
+    sns.scatterplot(per_student, x="theta", y="mean_response", hue=hue, s=14, ax=ax)
+    ax.set_title("Simulated students: ability vs correctness by archetype")
+    return ax
+
+
+def plot_histories(histories: dict[str, pd.DataFrame], metric: str = "valid_auc", axes=None):
+    """Training loss and a validation metric per epoch for several models."""
+    axes = axes if axes is not None else plt.subplots(1, 2, figsize=(10, 3.5))[1]
+    for name, h in histories.items():
+        axes[0].plot(h["epoch"], h["train_total"], marker="o", label=name)
+        axes[1].plot(h["epoch"], h[metric], marker="o", label=name)
+    axes[0].set(title="training loss", xlabel="epoch")
+    axes[1].set(title=metric, xlabel="epoch")
+    axes[1].legend()
+    return axes
+
+
+def plot_roc(predictions: dict[str, dict], ax=None):
+    """ROC curves from `kt_lib.train.predict` outputs."""
+    ax = ax or plt.subplots(figsize=(4.5, 4.5))[1]
+    for name, p in predictions.items():
+        fpr, tpr, _ = roc_curve(p["y_true"], p["prob"])
+        ax.plot(fpr, tpr, label=name)
+    ax.plot([0, 1], [0, 1], color="grey", ls=":")
+    ax.set(xlabel="false positive rate", ylabel="true positive rate", title="ROC (test)")
+    ax.legend()
+    return ax
+
+
+def plot_metric_bars(table: pd.DataFrame, metric: str, by: str = "model", ax=None):
+    """Mean +- std of a metric per group (rows are runs, e.g. seeds)."""
+    ax = ax or plt.subplots(figsize=(6, 3.5))[1]
+    sns.barplot(table, x=by, y=metric, errorbar="sd", capsize=0.2, ax=ax)
+    lo = table[metric].min()
+    ax.set_ylim(max(0.0, lo - 0.05), None)
+    ax.tick_params(axis="x", rotation=30)
+    return ax
+
+
+def mean_std(table: pd.DataFrame, by: str | list[str], metrics: list[str]) -> pd.DataFrame:
+    """Mean +- std of metrics over runs, formatted for a paper table."""
+    g = table.groupby(by)[metrics]
+    mean, std = g.mean(), g.std().fillna(0.0)
+    return mean.round(4).astype(str) + " ± " + std.round(4).astype(str)
