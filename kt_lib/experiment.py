@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
                 max_len=a.max_len,
                 device=a.device,
                 progress=False,
+                verbose=True,
             )
             res = run_experiment(
                 name,

@@ -42,6 +42,7 @@ class TrainConfig:
     checkpoint: str | None = None  # path prefix: writes <prefix>_best.* and <prefix>_last.*
     resume: bool = False  # continue from <prefix>_last.* when it exists
     progress: bool = True  # tqdm progress bars
+    verbose: bool = False  # print one line per epoch (batch runs, logs)
     metric: str | None = None  # early-stopping metric; None: "auc" (binary) or "qwk" (ordinal)
 
     def validate(self) -> None:
@@ -168,6 +169,9 @@ def fit(
                 }
             )
             rows.append(row)
+            if cfg.verbose:
+                shown = {k: round(v, 4) for k, v in row.items() if isinstance(v, float)}
+                print(f"{model.registry_name} epoch {epoch}: {shown}", flush=True)
             score = row[f"valid_{metric}"]
             if score > best["metric"]:
                 best.update(
