@@ -1,0 +1,164 @@
+"""AKT (Ghosh, Heffernan & Lan 2020): monotonic attention, Rasch embeddings, knowledge retriever.
+
+# B batch, L steps, D model dim, H heads, N encoder blocks
+Layout (as AKT's code, which the paper's figure simplifies):
+- embeddings: x (questions) and y (interactions) from `RaschEmbedding`;
+- knowledge encoder: N layers of self-attention on y, inclusive mask (y_t may read r_t: the
+  retriever below only ever reads y at strictly earlier steps);
+- knowledge retriever: 2N layers alternating question self-attention (Q = K = V = x, inclusive
+  mask, no FFN) and cross-attention (Q = K = x, V = encoded y, strict-past mask, + FFN);
+- prediction: MLP on [retrieved h_t, x_t].
+Causality: h_t reads x at steps <= t and encoded y at steps < t; at t = 0 the strict mask has no
+key, the cross-attention outputs zero (AKT's zero-padded first row), so logits[:, 0] depend on
+q_0 (and pid_0) only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..config import require
+from ..data.dataset import Batch
+from ..nn.attention import causal_mask
+from ..nn.embeddings import RaschEmbedded, RaschEmbedding
+from ..nn.monotonic import MonotonicLayer
+from .base import BaseConfig, KTModel, ModelOutput, register
+
+
+@dataclass
+class AKTConfig(BaseConfig):
+    """AKT sizes; defaults are the AKT paper's (its released code's arguments)."""
+
+    d: int = 256  # model dim (embeddings and attention)
+    n_heads: int = 8  # attention heads, each with its own decay rate
+    n_blocks: int = 1  # N: encoder layers; the retriever has 2N
+    d_ff: int = 1024  # FFN inner dim
+    dropout: float = 0.05  # dropout (attention weights, residuals, FFN, prediction MLP)
+    kq_same: bool = True  # share the query and key projections (AKT default)
+    final_fc_dim: int = 512  # first hidden layer of the prediction MLP
+    final_fc_dim2: int = 256  # second hidden layer of the prediction MLP
+    l2: float = 1e-5  # weight of the L2 penalty on the Rasch difficulties mu ("rasch_l2")
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.K == 2, f"{type(self).__name__} is binary: K must be 2, got {self.K}")
+        require(self.d > 0 and self.n_heads > 0, "d and n_heads must be > 0")
+        require(self.d % self.n_heads == 0, f"d={self.d} not divisible by n_heads={self.n_heads}")
+        require(self.n_blocks >= 1, f"n_blocks must be >= 1, got {self.n_blocks}")
+        require(self.d_ff > 0, f"d_ff must be > 0, got {self.d_ff}")
+        require(0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
+        require(self.final_fc_dim > 0 and self.final_fc_dim2 > 0, "MLP dims must be > 0")
+        require(self.l2 >= 0, f"l2 must be >= 0, got {self.l2}")
+
+    @classmethod
+    def tiny(cls, **kw):
+        return cls(
+            **{"d": 16, "n_heads": 2, "d_ff": 32, "final_fc_dim": 32, "final_fc_dim2": 16, **kw}
+        )
+
+    @classmethod
+    def paper(cls, **kw):
+        """AKT paper: d=256, 8 heads, 1 encoder block (2 retriever layers), d_ff=1024."""
+        return cls(**{"d": 256, "n_heads": 8, "n_blocks": 1, "d_ff": 1024, **kw})
+
+    @classmethod
+    def idkt_paper(cls, **kw):
+        """Seed 001's size: N=4 encoder blocks (8 retriever layers), d=256, 8 heads."""
+        return cls(**{"d": 256, "n_heads": 8, "n_blocks": 4, "d_ff": 1024, **kw})
+
+
+@dataclass
+class AKTState:
+    """What the trunk computes before the output heads."""
+
+    h: torch.Tensor  # [B, L, D] retrieved knowledge state
+    emb: RaschEmbedded  # x, y, mu
+    attention: dict[str, torch.Tensor] = field(default_factory=dict)  # only if asked
+
+
+def mlp_head(d_in: int, dims: tuple[int, ...], dropout: float) -> nn.Sequential:
+    """Linear-ReLU-Dropout stack ending in one output unit."""
+    layers: list[nn.Module] = []
+    for d_out in dims:
+        layers += [nn.Linear(d_in, d_out), nn.ReLU(), nn.Dropout(dropout)]
+        d_in = d_out
+    return nn.Sequential(*layers, nn.Linear(d_in, 1))
+
+
+@register("akt")
+class AKT(KTModel):
+    """Attentive knowledge tracing: encoder on y, retriever on x, MLP on [h, x]."""
+
+    config_cls = AKTConfig
+
+    def __init__(self, config: AKTConfig):
+        super().__init__(config)
+        c = config
+        self.embed = RaschEmbedding(c.num_c, c.d, c.num_pid, c.K)
+        layer = lambda ffn: MonotonicLayer(c.d, c.n_heads, c.d_ff, c.dropout, c.kq_same, ffn)  # noqa: E731
+        self.encoder = nn.ModuleList([layer(True) for _ in range(c.n_blocks)])
+        # even index: question self-attention (no FFN); odd: cross-attention to encoded y (+ FFN)
+        self.retriever = nn.ModuleList([layer(i % 2 == 1) for i in range(2 * c.n_blocks)])
+        self.out = mlp_head(2 * c.d, (c.final_fc_dim, c.final_fc_dim2), c.dropout)
+
+    def layer_names(self) -> list[str]:
+        """Names used for attention maps and decay rates, in forward order."""
+        enc = [f"encoder{i}" for i in range(len(self.encoder))]
+        ret = [
+            f"{'question' if i % 2 == 0 else 'retriever'}{i // 2}"
+            for i in range(len(self.retriever))
+        ]
+        return enc + ret
+
+    def decay_rates(self) -> dict[str, torch.Tensor]:
+        """Layer name -> per-head decay rate softplus(gamma) [H]."""
+        layers = [*self.encoder, *self.retriever]
+        return {
+            n: m.attn.decay_rates().cpu() for n, m in zip(self.layer_names(), layers, strict=True)
+        }
+
+    def trunk(self, batch: Batch, need_weights: bool = False) -> AKTState:
+        """Embeddings, encoder and retriever: the retrieved state h and the embeddings."""
+        emb = self.embed(batch.q, batch.r, batch.pid)
+        L = batch.q.shape[1]
+        incl = causal_mask(L, batch.q.device)
+        strict = causal_mask(L, batch.q.device, strict=True)
+        names = iter(self.layer_names())
+        maps: dict[str, torch.Tensor] = {}
+
+        def keep(w) -> None:
+            name = next(names)
+            if w is not None:
+                maps[name], maps[f"{name}/undecayed"] = w.decayed, w.undecayed
+
+        y = emb.y
+        for layer in self.encoder:
+            y, w = layer(y, y, y, incl, need_weights)
+            keep(w)
+        x = emb.x
+        for i, layer in enumerate(self.retriever):
+            if i % 2 == 0:
+                x, w = layer(x, x, x, incl, need_weights)
+            else:
+                x, w = layer(x, x, y, strict, need_weights)
+            keep(w)
+        return AKTState(h=x, emb=emb, attention=maps)
+
+    def predict_logits(self, state: AKTState) -> torch.Tensor:
+        """Prediction MLP on [h, x] -> logits [B, L]."""
+        return self.out(torch.cat([state.h, state.emb.x], dim=-1)).squeeze(-1)
+
+    def base_losses(self, state: AKTState, batch: Batch) -> dict[str, torch.Tensor]:
+        reg = RaschEmbedding.l2_penalty(state.emb.mu, batch.mask, self.config.l2)
+        return {} if reg is None else {"rasch_l2": reg}
+
+    def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
+        state = self.trunk(batch, return_attention)
+        return ModelOutput(
+            logits=self.predict_logits(state),
+            losses=self.base_losses(state, batch),
+            attention=state.attention if return_attention else None,
+        )
