@@ -1,0 +1,431 @@
+"""DTransformer (Yin et al., WWW 2023, "Tracing Knowledge Instead of Patterns"): SimAKT's baseline.
+
+# B batch, L steps, D model dim, H heads, Dh head dim, K knowledge slots (n_know)
+Embeddings are AKT's Rasch embeddings (kt_lib.nn.embeddings): x_t from (q_t, pid_t), y_t from
+(q_t, pid_t, r_t). Four attention blocks, each x = LN(query + Drop(Attn)), with AKT's per-head
+distance decay (kt_lib.nn.monotonic):
+  Block 1  hq = Attn(x, x, x)          inclusive mask: hq_t reads questions <= t
+  Block 2  hs = Attn(y, y, y)          inclusive mask: hs_t reads r_i for i <= t, r_t INCLUDED
+  Block 3  p  = Attn(Q=K=hq, V=hs)     inclusive ("peek_cur"): p_t holds r_t
+  Block 4  z  = Attn(Q=slot_k, K=hq, V=p)  STRICT past, max-out: z_{t,k} reads p_j for j < t
+  readout  h_t = sum_k softmax_k(slot_k . x_t) z_{t,k};  logit_t = MLP([x_t, h_t])
+Causal contract, path by path: x_t and hq_t carry questions/problems up to t only; every response
+enters through y -> Block 2 -> Block 3, and reaches the prediction only through Block 4, whose
+strict mask admits p_j for j < t, and p_j carries responses at steps <= j < t. The distance
+decay is computed from the masked weights (visible keys only); the training-time key hiding only
+removes keys; LayerNorm works per step. Rows with no visible key (Block 4 at t = 0) output zeros.
+SimAKT adds inter-student heads to Block 3 through `_block3_extra`; they obey the same rule (their
+output at step t may use the current student up to t, and is read by Block 4 after t only).
+The contrastive loss (off by default) is causal too: see `contrastive_terms`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import require
+from ..data.dataset import Batch
+from ..nn import causal_mask
+from ..nn.embeddings import RaschEmbedding
+from ..nn.monotonic import decay_factor, monotonic_attention
+from .base import BaseConfig, KTModel, ModelOutput, register
+
+MIN_SEQ_LEN = 5  # DTransformer: shorter rows are left alone by key hiding and augmentation
+
+
+@dataclass
+class DTransformerConfig(BaseConfig):
+    """DTransformer sizes and options."""
+
+    d: int = 256  # model dim (seed 000: 256 = 8 heads x 32)
+    n_heads: int = 8  # attention heads per block (Block 3's are SimAKT's intra + inter heads)
+    n_know: int = 16  # knowledge slots read by Block 4
+    d_fc: int = 256  # hidden size of the prediction MLP (then d_fc // 2)
+    dropout: float = 0.2  # residual/MLP dropout, also the rate of training-time key hiding
+    key_drop: bool = True  # DTransformer's training-time random hiding of past keys
+    rasch_l2: float = 1e-3  # L2 weight on problem difficulties (only with problem ids)
+    contrastive: bool = False  # add DTransformer's contrastive loss (three forward passes)
+    lambda_cl: float = 0.1  # weight of the contrastive loss
+    cl_temperature: float = 0.05  # temperature of the contrastive cosine similarities
+    hard_neg: bool = True  # contrastive hard negatives: views with flipped past responses
+    max_len: int = 200  # longest window accepted (also the step count kept in SimAKT banks)
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.K == 2, f"{type(self).__name__} is binary: K must be 2, got {self.K}")
+        require(self.d > 0 and self.n_heads > 0, "d and n_heads must be > 0")
+        require(self.d % self.n_heads == 0, f"d={self.d} not divisible by n_heads={self.n_heads}")
+        require(self.n_know >= 1, f"n_know must be >= 1, got {self.n_know}")
+        require(self.d_fc >= 2, f"d_fc must be >= 2, got {self.d_fc}")
+        require(0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
+        require(self.cl_temperature > 0, f"cl_temperature must be > 0, got {self.cl_temperature}")
+        require(self.max_len > 0, f"max_len must be > 0, got {self.max_len}")
+
+    @classmethod
+    def tiny(cls, **kw):
+        return cls(**{"d": 32, "n_heads": 8, "n_know": 4, "d_fc": 32, "max_len": 64, **kw})
+
+    @classmethod
+    def paper(cls, **kw):
+        return cls(**{"d": 256, "n_heads": 8, "n_know": 16, "d_fc": 256, **kw})
+
+
+def slot_attend(
+    scores: torch.Tensor,
+    v: torch.Tensor,
+    gamma: torch.Tensor,
+    mask: torch.Tensor,
+    need_weights: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Block 4's attention on raw scores [..., H, L, S] and values [..., H, S, Dh].
+
+    AKT's context distance and decay (as in kt_lib.nn.monotonic, written out here because the
+    slot queries add a dimension the fused kernel does not take), then DTransformer's max-out:
+    each row is rescaled so its largest weight is 1 (at most x5), with gradient through the
+    rescaling. Rows without a visible key output zeros.
+    """
+    has_key = mask.any(-1, keepdim=True).to(scores.dtype)
+    neg = torch.finfo(scores.dtype).min
+    with torch.no_grad():  # dist_ij = sqrt(|i - j| * attention mass after key j), no gradient
+        w0 = torch.softmax(scores.masked_fill(~mask, neg), dim=-1)
+        after = w0.sum(-1, keepdim=True) - w0.cumsum(-1)
+        L, S = scores.shape[-2:]
+        pos = (
+            (
+                torch.arange(L, device=scores.device).unsqueeze(1)
+                - torch.arange(S, device=scores.device).unsqueeze(0)
+            )
+            .abs()
+            .to(scores.dtype)
+        )
+        dist = (after * pos).clamp(min=0.0).sqrt()
+    s = (scores * decay_factor(dist, gamma)).masked_fill(~mask, neg)
+    w = torch.softmax(s, dim=-1) * has_key
+    w = w / w.amax(-1, keepdim=True).clamp(min=0.2)  # clamp(1 / max, 5) without inf gradients
+    return w @ v, (w.detach() if need_weights else None)
+
+
+@dataclass
+class ExtraHeads:
+    """Heads that replace the last `n_heads` heads of an attention layer (SimAKT's inter heads)."""
+
+    n_heads: int
+    fn: Callable[[torch.Tensor], torch.Tensor]  # queries [B, h, L, Dh] -> outputs [B, h, L, Dh]
+
+
+class DTAttention(nn.Module):
+    """Multi-head attention with AKT distance decay; `kq_same` shares the Q and K projection."""
+
+    def __init__(self, d: int, n_heads: int, kq_same: bool = True):
+        super().__init__()
+        self.d, self.h = d, n_heads
+        self.q_proj = nn.Linear(d, d)
+        self.k_proj = None if kq_same else nn.Linear(d, d)
+        self.v_proj = nn.Linear(d, d)
+        self.out_proj = nn.Linear(d, d)
+        self.gamma = nn.Parameter(torch.empty(n_heads))  # raw decay, rate softplus(gamma)
+        bound = (6.0 / (1 + n_heads)) ** 0.5  # xavier_uniform_ of DTransformer's [H, 1, 1]
+        nn.init.uniform_(self.gamma, -bound, bound)
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        *lead, L, _ = x.shape
+        return x.view(*lead, L, self.h, self.d // self.h).transpose(-3, -2)  # [..., H, L, Dh]
+
+    def merge(self, x: torch.Tensor) -> torch.Tensor:
+        *lead, H, L, Dh = x.shape
+        return x.transpose(-3, -2).reshape(*lead, L, H * Dh)  # [..., L, D]
+
+    def keys(self, key: torch.Tensor) -> torch.Tensor:
+        return self.split((self.k_proj or self.q_proj)(key))
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor,
+        need_weights: bool = False,
+        extra: ExtraHeads | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """query/key/value [B, L, D], mask [B|1, 1, L, S] -> [B, L, D] (+ weights [B, h, L, S])."""
+        q, k, v = self.split(self.q_proj(query)), self.keys(key), self.split(self.v_proj(value))
+        if extra is None:
+            out, w = monotonic_attention(q, k, v, self.gamma, mask, 0.0, need_weights)
+        else:  # the first H - h heads attend within the student, the last h are `extra`
+            n = self.h - extra.n_heads
+            out, w = monotonic_attention(
+                q[:, :n], k[:, :n], v[:, :n], self.gamma[:n], mask, 0.0, need_weights
+            )
+            out = torch.cat([out, extra.fn(q[:, n:])], dim=1)
+        return self.out_proj(self.merge(out)), (w.decayed if w is not None else None)
+
+    def read_slots(
+        self,
+        slots: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Slot queries [K, D] (the same at every step) -> [B, K, L, D], weights [B, K, H, L, S].
+
+        One query per slot instead of DTransformer's copy per (slot, step): the scores are
+        computed once and broadcast over the L query steps before masking.
+        """
+        q = self.split(self.q_proj(slots).unsqueeze(-2)).unsqueeze(0)  # [1, K, H, 1, Dh]
+        k = self.keys(key).unsqueeze(1)  # [B, 1, H, S, Dh]
+        v = self.split(self.v_proj(value)).unsqueeze(1)  # [B, 1, H, S, Dh]
+        scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # [B, K, H, 1, S]
+        L = mask.shape[-2]
+        scores = scores.expand(*scores.shape[:-2], L, scores.shape[-1])
+        out, w = slot_attend(scores, v, self.gamma, mask, need_weights)
+        return self.out_proj(self.merge(out)), w
+
+
+def sample_key_drop(valid: torch.Tensor, rate: float) -> torch.Tensor:
+    """[B, L] keys to hide from later queries: max(1, int(len * rate)) of the first len - 1 steps
+    per row (rows shorter than MIN_SEQ_LEN untouched), drawn from the global RNG."""
+    B, L = valid.shape
+    lens = valid.sum(1)
+    cand = torch.arange(L, device=valid.device).unsqueeze(0) < (lens - 1).unsqueeze(1)
+    n = (lens.float() * rate).long().clamp(min=1)
+    u = torch.rand(B, L, device=valid.device).masked_fill(~cand, 2.0)
+    rank = u.argsort(1).argsort(1)
+    return (rank < n.unsqueeze(1)) & cand & (lens >= MIN_SEQ_LEN).unsqueeze(1)
+
+
+class DTLayer(nn.Module):
+    """DTransformer's layer: x = LN(query + Drop(Attn(query, key, value))), no FFN."""
+
+    def __init__(
+        self, d: int, n_heads: int, dropout: float, kq_same: bool = True, key_drop: bool = True
+    ):
+        super().__init__()
+        self.attn = DTAttention(d, n_heads, kq_same)
+        self.drop = nn.Dropout(dropout)
+        self.ln = nn.LayerNorm(d)
+        self.rate = dropout if key_drop else 0.0
+
+    def mask(self, valid: torch.Tensor, peek_cur: bool) -> torch.Tensor:
+        """[B|1, 1, L, L]: inclusive or strict causal, minus randomly hidden keys in training."""
+        L = valid.shape[1]
+        base = causal_mask(L, valid.device, strict=not peek_cur)
+        if not (self.training and self.rate > 0):
+            return base[None, None]
+        hidden = sample_key_drop(valid, self.rate)  # [B, L]
+        later = causal_mask(L, valid.device, strict=True)  # query t > key j
+        return (base & ~(hidden.unsqueeze(1) & later)).unsqueeze(1)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        valid: torch.Tensor,
+        peek_cur: bool,
+        need_weights: bool = False,
+        extra: ExtraHeads | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        mask = self.mask(valid, peek_cur)
+        h, w = self.attn(query, key, value, mask, need_weights, extra)
+        return self.ln(query + self.drop(h)), w
+
+    def read_slots(
+        self,
+        slots: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        valid: torch.Tensor,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Block 4: strict-past reading by slot queries -> z [B, K, L, D]."""
+        mask = self.mask(valid, peek_cur=False).unsqueeze(1)  # [B|1, 1, 1, L, L]
+        h, w = self.attn.read_slots(slots, key, value, mask, need_weights)
+        return self.ln(slots[None, :, None, :] + self.drop(h)), w
+
+
+@dataclass
+class Encoded:
+    """Intermediate tensors of one pass."""
+
+    x: torch.Tensor  # [B, L, D] question embeddings
+    z: torch.Tensor  # [B, L, K, D] knowledge read at each step (strict past)
+    mu: torch.Tensor | None  # [B, L] problem difficulties (None without pids)
+    attention: dict[str, torch.Tensor]
+    extras: dict[str, torch.Tensor]
+
+
+@register("dtransformer")
+class DTransformer(KTModel):
+    """Four-block DTransformer with knowledge slots and a readout MLP."""
+
+    config_cls = DTransformerConfig
+
+    def __init__(self, config: DTransformerConfig):
+        super().__init__(config)
+        c = config
+        self.embed = RaschEmbedding(c.num_c, c.d, c.num_pid, c.K)
+        self.block1 = DTLayer(c.d, c.n_heads, c.dropout, key_drop=c.key_drop)
+        self.block2 = DTLayer(c.d, c.n_heads, c.dropout, key_drop=c.key_drop)
+        self.block3 = DTLayer(c.d, c.n_heads, c.dropout, key_drop=c.key_drop)
+        self.block4 = DTLayer(c.d, c.n_heads, c.dropout, kq_same=False, key_drop=c.key_drop)
+        self.know = nn.Parameter(torch.empty(c.n_know, c.d).uniform_(-1.0, 1.0))
+        self.out = nn.Sequential(
+            nn.Linear(2 * c.d, c.d_fc),
+            nn.GELU(),
+            nn.Dropout(c.dropout),
+            nn.Linear(c.d_fc, c.d_fc // 2),
+            nn.GELU(),
+            nn.Dropout(c.dropout),
+            nn.Linear(c.d_fc // 2, 1),
+        )
+
+    def _block3_extra(
+        self, batch: Batch, hq: torch.Tensor, hs: torch.Tensor, need_weights: bool
+    ) -> tuple[ExtraHeads | None, dict]:
+        """Hook for SimAKT's inter-student heads (none here)."""
+        return None, {}
+
+    def _check(self, batch: Batch) -> None:
+        if batch.q.shape[1] > self.config.max_len:
+            raise ValueError(f"sequence length {batch.q.shape[1]} > max_len {self.config.max_len}")
+
+    def interaction_states(self, batch: Batch) -> torch.Tensor:
+        """Block 2 states hs [B, L, D] (SimAKT's `block2` trajectory encoder)."""
+        emb = self.embed(batch.q, batch.r, batch.pid)
+        return self.block2(emb.y, emb.y, emb.y, batch.mask, peek_cur=True)[0]
+
+    def encode(self, batch: Batch, need_weights: bool = False) -> Encoded:
+        """Blocks 1-4 -> knowledge z [B, L, K, D]."""
+        emb = self.embed(batch.q, batch.r, batch.pid)
+        valid = batch.mask
+        hq, w1 = self.block1(emb.x, emb.x, emb.x, valid, True, need_weights)
+        hs, w2 = self.block2(emb.y, emb.y, emb.y, valid, True, need_weights)
+        extra, extras = self._block3_extra(batch, hq, hs, need_weights)
+        p, w3 = self.block3(hq, hq, hs, valid, True, need_weights, extra)
+        z, w4 = self.block4.read_slots(self.know, hq, p, valid, need_weights)  # [B, K, L, D]
+        attention = {}
+        if need_weights:
+            attention = {
+                "block1": w1,
+                "block2": w2,
+                "block3": w3,
+                "block4": w4.mean(1),
+            }  # [B, H, L, S], averaged over slots
+            attention.update(extras.pop("attention", {}))
+        return Encoded(emb.x, z.transpose(1, 2), emb.mu, attention, extras)
+
+    def readout(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """h_t = sum_k softmax_k(slot_k . x_t) z_{t,k} -> [B, L, D]."""
+        alpha = torch.softmax(x @ self.know.T, dim=-1)  # [B, L, K]
+        return (alpha.unsqueeze(-1) * z).sum(-2)
+
+    def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
+        self._check(batch)
+        enc = self.encode(batch, return_attention)
+        h = self.readout(enc.z, enc.x)
+        logits = self.out(torch.cat([enc.x, h], dim=-1)).squeeze(-1)
+        losses = {}
+        penalty = RaschEmbedding.l2_penalty(enc.mu, batch.mask, self.config.rasch_l2)
+        if penalty is not None:
+            losses["rasch_l2"] = penalty
+        extras = dict(enc.extras)
+        if self.config.contrastive and self.training:
+            extras["z"] = enc.z
+        return ModelOutput(logits, losses, enc.attention if return_attention else None, extras)
+
+    def loss(self, out: ModelOutput, batch: Batch, epoch: int = 0) -> dict[str, torch.Tensor]:
+        terms = super().loss(out, batch, epoch)
+        if self.config.contrastive and self.training and "z" in out.extras:
+            ce, keep = self.contrastive_terms(batch, out.extras["z"])
+            if keep.any():
+                terms["cl"] = self.config.lambda_cl * ce[keep].mean()
+                terms["total"] = terms["total"] + terms["cl"]
+        return terms
+
+    def contrastive_terms(
+        self, batch: Batch, z: torch.Tensor | None = None, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-(row, step) contrastive loss [B, T] and the steps that count [B, T].
+
+        DTransformer's contrast: the knowledge of row b at step t should match its augmented
+        view (adjacent steps swapped) and differ from other rows and from a hard negative (some
+        responses flipped). Made causal: a swap of steps (i, i+1) puts step i+1 into the view's
+        past at step i+1, so that (row, step) is dropped as an anchor and masked out as a
+        negative; flips only reach later steps (strict past). Every term at step t then depends
+        on steps < t only, and augmentations depend on lengths only.
+        """
+        valid = batch.mask
+        lens = valid.sum(1)
+        T = int(lens.min())
+        B = len(lens)
+        if T < MIN_SEQ_LEN or B < 2:
+            empty = torch.zeros(B, max(T, 0), device=valid.device)
+            return empty, empty.bool()
+        rate = max(self.config.dropout, 1e-3)
+        if z is None:
+            z = self.encode(batch).z
+        perm, hit = _adjacent_swaps(lens, valid.shape[1], rate, generator)
+        view = _gather_steps(batch, perm)
+        z_view = self.encode(view).z
+        anchors = F.normalize(z[:, :T].mean(-2), dim=-1)  # [B, T, D]
+        cands = [F.normalize(z_view[:, :T].mean(-2), dim=-1)]
+        blocked = [hit[:, :T]]
+        if self.config.hard_neg:
+            flipped = batch.clone()
+            flip = _pick_steps(lens, valid.shape[1], rate, generator)
+            flipped.r = torch.where(flip, 1 - batch.r, batch.r)
+            cands.append(F.normalize(self.encode(flipped).z[:, :T].mean(-2), dim=-1))
+            blocked.append(torch.zeros_like(hit[:, :T]))
+        sim = torch.cat([torch.einsum("btd,ctd->bct", anchors, c) for c in cands], dim=1)
+        sim = sim / self.config.cl_temperature  # [B, B or 2B, T]
+        blocked = torch.cat(blocked, dim=0).unsqueeze(0).expand(B, -1, -1).clone()
+        blocked[torch.arange(B), torch.arange(B)] = False  # the positive stays (masked below)
+        sim = sim.masked_fill(blocked, torch.finfo(sim.dtype).min)
+        target = torch.arange(B, device=valid.device).unsqueeze(1).expand(B, T)
+        ce = F.cross_entropy(sim, target, reduction="none")  # [B, T]
+        return ce, ~hit[:, :T]
+
+
+def _pick_steps(lens: torch.Tensor, L: int, rate: float, generator, upto: int = 0) -> torch.Tensor:
+    """[B, L] max(1, int(len * rate)) distinct random steps < len - upto per row."""
+    B = len(lens)
+    cand = torch.arange(L, device=lens.device).unsqueeze(0) < (lens - upto).unsqueeze(1)
+    u = torch.rand(B, L, generator=generator).to(lens.device).masked_fill(~cand, 2.0)
+    rank = u.argsort(1).argsort(1)
+    n = (lens.float() * rate).long().clamp(min=1)
+    return (rank < n.unsqueeze(1)) & cand
+
+
+def _adjacent_swaps(
+    lens: torch.Tensor, L: int, rate: float, generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Non-overlapping adjacent swaps (i, i+1), i of one random parity per row.
+
+    Returns the gather index perm [B, L] and `hit` [B, L]: steps i+1 whose view past contains
+    the original step i+1.
+    """
+    B = len(lens)
+    steps = torch.arange(L, device=lens.device).unsqueeze(0).expand(B, L)
+    parity = torch.randint(0, 2, (B, 1), generator=generator).to(lens.device)
+    chosen = _pick_steps(lens, L, rate, generator, upto=1) & (steps % 2 == parity)
+    perm = steps.clone()
+    i = chosen.nonzero(as_tuple=True)
+    perm[i[0], i[1]] = i[1] + 1
+    perm[i[0], i[1] + 1] = i[1]
+    hit = torch.zeros_like(chosen)
+    hit[i[0], i[1] + 1] = True
+    return perm, hit
+
+
+def _gather_steps(batch: Batch, perm: torch.Tensor) -> Batch:
+    view = batch.clone()
+    view.q, view.r = batch.q.gather(1, perm), batch.r.gather(1, perm)
+    if batch.pid is not None:
+        view.pid = batch.pid.gather(1, perm)
+    return view
