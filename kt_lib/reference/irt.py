@@ -151,6 +151,7 @@ class IRTReference(ReferenceModel):
         pos = torch.searchsorted(uids, uid).clamp(max=len(uids) - 1)
         return theta[pos], uids[pos] == uid
 
+    @torch.no_grad()
     def targets(self, batch: Batch) -> dict[str, torch.Tensor]:
         """beta [B, L] (beta_IRT[q]), theta_prefix [B, L], mastery M_ref [B, L] (causal),
         theta_student [B] (theta_IRT, 0 when unseen), seen [B] bool."""
