@@ -383,15 +383,22 @@ def test_warning_when_every_inter_head_is_off():
 
 
 def test_k_larger_than_the_bank_at_build_time():
-    model = simakt(
-        {"intra_heads": 7, "inter_heads": [{"type": "knn", "memory_size": 30, "k_neighbors": 5}]}
-    )
-    with pytest.raises(
-        ValueError,
-        match=r"memory_size=30 is larger than the bank: only 20 "
-        "training students",
-    ):
-        model.prepare(students(n=40))
+    knn = {"type": "knn", "memory_size": 30, "k_neighbors": 5}
+    model = simakt({"intra_heads": 7, "inter_heads": [knn]})
+    train = students(n=41)
+    with pytest.warns(UserWarning, match="memory_size=30 but only 2. training students"):
+        model.prepare(train)  # folds of 21 and 20: each bank keeps everyone, padded to 21
+    assert sorted(len(b.uids) for b in model.inter.heads[0].banks) == [20, 21]
+    assert audit_causality(model, batch_of(train, range(4)), steps=[3, 9])
+    model = simakt({"intra_heads": 7, "inter_heads": [{**knn, "k_neighbors": 25}]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with pytest.raises(
+            ValueError,
+            match="k_neighbors=25 is larger than the bank: head 'knn'"
+            " has a fold bank of 20 entries",
+        ):
+            model.prepare(students(n=40))
     model = simakt({"intra_heads": 7, "inter_heads": [{"type": "cluster", "n_clusters": 25}]})
     with pytest.raises(ValueError, match="n_clusters=25 is larger than the bank"):
         model.prepare(students(n=40))

@@ -161,6 +161,25 @@ class BaseSimilarityHead(nn.Module):
                 stacked = stacked.to(dtype=ref.dtype)
         self.register_buffer(name, stacked, persistent=False)
 
+    def _padded(self, name: str, tensors: list[torch.Tensor], fill=0) -> None:
+        """Register [F, M, ...] from per-fold tensors of unequal length M_f (padded with fill)."""
+        M = max(len(t) for t in tensors)
+        pad = [torch.cat([t, t.new_full((M - len(t), *t.shape[1:]), fill)]) for t in tensors]
+        self._buffer(name, pad)
+
+    def _install_entries(self, banks: list[KNNBank], k: int, what: str) -> None:
+        """Entries of per-fold KNN banks, padded to one size; `k` must fit the smallest."""
+        smallest = min(len(b.uids) for b in banks)
+        if k > smallest:
+            raise ValueError(
+                f"{what}={k} is larger than the bank: head {self.spec.name!r} has a fold bank "
+                f"of {smallest} entries"
+            )
+        self._padded("entries", [b.encodings for b in banks])  # [F, M, D]
+        ones = [torch.ones(len(b.uids), dtype=torch.bool) for b in banks]
+        self._padded("entry_valid", ones, False)  # [F, M]
+        self._padded("entry_uids", [b.uids for b in banks], -1)  # [F, M]
+
     def position_similarity(
         self, states: torch.Tensor, fold: torch.Tensor, sequences: torch.Tensor, valid: torch.Tensor
     ) -> torch.Tensor:
@@ -291,11 +310,10 @@ class KNNHead(BaseSimilarityHead):
         )
 
     def _install(self, banks: list[KNNBank]) -> None:
-        self._buffer("entries", [b.encodings for b in banks])  # [F, M, D]
-        self._buffer("entry_uids", [b.uids for b in banks])  # [F, M]
+        self._install_entries(banks, self.p.k_neighbors, "k_neighbors")
         if self.spec.strategy == "position_weighted":
-            self._buffer("sequences", [b.sequences for b in banks])  # [F, M, S, D]
-            self._buffer("seq_valid", [b.seq_valid for b in banks])  # [F, M, S]
+            self._padded("sequences", [b.sequences for b in banks])  # [F, M, S, D]
+            self._padded("seq_valid", [b.seq_valid for b in banks], False)  # [F, M, S]
 
     def distance(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """[B, L, M] distances between queries [B, L, Dh] and keys [B, M, Dh]."""
@@ -311,9 +329,9 @@ class KNNHead(BaseSimilarityHead):
     def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
         B, L, Dh = query.shape
         values = self.w_v(self.entries)[ctx.fold]  # [B, M, Dh]
-        valid = torch.ones(values.shape[:2], dtype=torch.bool, device=values.device)
+        valid = self.entry_valid[ctx.fold]  # [B, M]
         if ctx.uid is not None:  # a student never reads its own entry
-            valid = self.entry_uids[ctx.fold] != ctx.uid.unsqueeze(1)
+            valid = valid & (self.entry_uids[ctx.fold] != ctx.uid.unsqueeze(1))
         if self.w_k is None:
             scores = self.position_similarity(ctx.states, ctx.fold, self.sequences, self.seq_valid)
         else:
@@ -460,10 +478,11 @@ class DeepSetSimilarity(BaseSimilarityHead):
         return KNNBank.build(build.members, self.p.set_size, build.seed, with_sequences=False)
 
     def _install(self, banks: list[KNNBank]) -> None:
-        self._buffer("entries", [b.encodings for b in banks])  # [F, M, D]
+        self._install_entries(banks, 1, "set_size")
 
     def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
-        pooled = self.phi(self.entries).mean(1)[ctx.fold]  # [B, Dh]
+        keep = self.entry_valid.unsqueeze(-1).to(query.dtype)  # [F, M, 1]
+        pooled = ((self.phi(self.entries) * keep).sum(1) / keep.sum(1))[ctx.fold]  # [B, Dh]
         return self.rho(torch.cat([query, pooled.unsqueeze(1).expand_as(query)], dim=-1))
 
 

@@ -27,6 +27,7 @@ without pickle.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import ClassVar, Protocol
@@ -67,8 +68,9 @@ def farthest_first(
     """Indices [k] of a max-min diverse subset of the rows of x [N, D].
 
     Starts at `first` (default: a seeded random row) and repeatedly adds the row farthest from
-    everything selected so far; the min-distance vector is updated incrementally, so the cost is
-    k vector operations over N rows (no loop over rows). Squared distances order like distances.
+    everything selected so far. The min-distance vector is updated incrementally with one
+    matrix-vector product per pick (|x|^2 - 2 x.c + |c|^2, squared distances order like
+    distances), so the cost is k vector operations over N rows, with no loop over rows.
     """
     N = x.shape[0]
     if not 1 <= k <= N:
@@ -76,15 +78,16 @@ def farthest_first(
     if first is None:
         first = int(torch.randint(N, (1,), generator=torch.Generator().manual_seed(seed)))
     x = x.float()
+    sq = x.pow(2).sum(1)  # [N]
     selected = torch.empty(k, dtype=torch.long, device=x.device)
     idx = torch.tensor(first, device=x.device)
     selected[0] = idx
-    min_d = (x - x[idx]).pow(2).sum(1)  # [N] squared distance to the selected set
+    min_d = torch.addmv(sq, x, x[idx], alpha=-2) + sq[idx]  # [N] squared distance to the set
     min_d[idx] = -torch.inf
     for j in range(1, k):
         idx = min_d.argmax()
         selected[j] = idx
-        min_d = torch.minimum(min_d, (x - x[idx]).pow(2).sum(1))
+        torch.minimum(min_d, torch.addmv(sq, x, x[idx], alpha=-2) + sq[idx], out=min_d)
         min_d[idx] = -torch.inf  # never picked twice, even among duplicate rows
     return selected
 
@@ -274,7 +277,14 @@ class KNNBank(Bank):
         cls, members: StateSource, memory_size: int, seed: int = 0, with_sequences: bool = True
     ) -> KNNBank:
         N = len(members.encodings)
-        _check_size("memory_size", memory_size, N, "lower memory_size or use more students")
+        if memory_size > N:  # the seed keeps min(memory_size, students) as well
+            warnings.warn(
+                f"memory_size={memory_size} but only {N} training students are "
+                f"available to this bank fold: the bank keeps all {N}",
+                UserWarning,
+                stacklevel=2,
+            )
+            memory_size = N
         index = farthest_first(members.encodings, memory_size, seed=seed).cpu()
         if with_sequences:
             seqs, valid = members.states(index)

@@ -50,11 +50,16 @@ def position_weights(
     return past, future
 
 
-def self_consistency(mem: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cos(mem_{i-1}, mem_i) [M, S] with 0.5 at i = 0, where both steps exist [M, S])."""
-    unit = F.normalize(mem, dim=-1)
+def self_consistency(
+    mem: torch.Tensor, valid: torch.Tensor, unit: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cos(mem_{i-1}, mem_i) [M, S] with 0.5 at i = 0, where both steps exist [M, S]).
+
+    `unit` may pass mem already normalised along D.
+    """
+    unit = F.normalize(mem, dim=-1) if unit is None else unit
     cons = torch.full(mem.shape[:2], 0.5, dtype=mem.dtype, device=mem.device)
-    cons[:, 1:] = (unit[:, 1:] * unit[:, :-1]).sum(-1)
+    cons[:, 1:] = torch.linalg.vecdot(unit[:, 1:], unit[:, :-1])
     both = valid.clone()
     both[:, 1:] &= valid[:, :-1]
     return cons, both
@@ -84,11 +89,13 @@ def position_weighted_similarity(
     n = min(L, S)  # steps where both the current student and the memory can have a state
     past, future = position_weights(L, S, decay, future_weight, cur.device, cur.dtype)
     cur_u = F.normalize(cur[:, :n], dim=-1)
-    mem_u = F.normalize(mem[:, :n], dim=-1)
-    cos = torch.einsum("bid,mid->bmi", cur_u, mem_u) * v[:, :n]  # [B, M, n]
-    num = torch.einsum("ti,bmi->btm", past[:, :n], cos)  # [B, L, M]
-    cons, both = self_consistency(mem, valid)
+    mem_u = F.normalize(mem, dim=-1)
+    # [n, B, D] @ [n, D, M] -> [n, B, M]: one cosine per (step, row, memory)
+    cos = torch.bmm(cur_u.transpose(0, 1), mem_u[:, :n].permute(1, 2, 0)) * v[:, :n].T.unsqueeze(1)
+    num = (past[:, :n] @ cos.reshape(n, B * M)).view(L, B, M)  # decayed past, [L, B, M]
+    cons, both = self_consistency(mem, valid, mem_u)
     w_future = both.to(cur.dtype)
-    num = num + (future @ (cons * w_future).T).unsqueeze(0)  # future: memory only, [L, M]
-    den = past[:, :n] @ v[:, :n].T + future @ w_future.T  # [L, M]
-    return torch.where(den > 0, num / den.clamp(min=torch.finfo(cur.dtype).tiny), 0.0)
+    num = num + (future @ (cons * w_future).T).unsqueeze(1)  # future: memory only, [L, M]
+    den = (past[:, :n] @ v[:, :n].T + future @ w_future.T).unsqueeze(1)  # [L, 1, M]
+    sim = torch.where(den > 0, num / den.clamp(min=torch.finfo(cur.dtype).tiny), 0.0)
+    return sim.transpose(0, 1)  # [B, L, M]
