@@ -132,6 +132,8 @@ class BiasedAttention(MultiHeadAttention):
         k = self.split(self.k_proj(key))
         v = self.split(self.v_proj(value))
         scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5 + bias  # [B, H, L, S]
+        if mask is None:
+            mask = torch.ones_like(scores, dtype=torch.bool)
         has_key = mask.any(-1, keepdim=True)
         scores = scores.masked_fill(~(mask | ~has_key), float("-inf"))
         weights = scores.softmax(-1) * has_key

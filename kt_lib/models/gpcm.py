@@ -44,6 +44,8 @@ from ..nn import TransformerLayer, causal_mask
 from .base import MODELS, BaseConfig, KTModel, ModelOutput, build_model, register
 
 SEED_MECHANISMS = ("ordinal_aware", "response_conditioned", "ordinal_pattern", "qwk_aligned")
+CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "ordinal"
+SEED_CONFIG = CONFIG_DIR / "attention_config.yaml"  # seed 002's YAML example, verbatim
 
 
 @dataclass

@@ -1,0 +1,586 @@
+"""Ordinal KT (seed 002): GPCM layer, mechanisms, pipeline, models, losses, metrics, configs."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from sklearn.metrics import roc_auc_score
+
+from kt_lib.audit import audit_causality, random_batch
+from kt_lib.data.dataset import Batch
+from kt_lib.heads.gpcm import (
+    GPCMHead,
+    emd_loss,
+    gpcm_logits,
+    ordered_thresholds,
+    parse_loss,
+    qwk_loss,
+)
+from kt_lib.heads.ordinal import (
+    MECHANISMS,
+    AttentionConfig,
+    AttentionContext,
+    AttentionMechanism,
+    AttentionPipeline,
+    AttentionRegistry,
+    build_pipeline,
+)
+from kt_lib.metrics import ordinal_confusion_matrix, ordinal_metrics, predict_category
+from kt_lib.models import build_model
+from kt_lib.models.gpcm import (
+    SEED_CONFIG,
+    ModularAttentionGPCM,
+    create_attention_gpcm,
+    create_model_from_config,
+    item_parameter_recovery,
+    load_seed_config,
+)
+from tests.conftest import make_tiny_dataset
+
+B, L, D, H, K = 2, 10, 64, 4, 4
+MECHANISM_NAMES = AttentionRegistry.list_available()
+
+
+@pytest.fixture
+def config() -> AttentionConfig:
+    return AttentionConfig(embed_dim=D, n_heads=H, n_cats=K)
+
+
+def make_context(seed: int = 0, ragged: bool = False) -> AttentionContext:
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(B, L, dtype=torch.bool)
+    if ragged:
+        mask[1, L - 3 :] = False
+    return AttentionContext(
+        embeddings=torch.randn(B, L, D, generator=g),
+        responses=torch.randint(0, K, (B, L), generator=g) * mask,
+        mask=mask if ragged else None,
+        metadata={},
+    )
+
+
+def make_mechanism(name: str, config: AttentionConfig) -> AttentionMechanism:
+    torch.manual_seed(0)
+    return AttentionRegistry.create(name, config).eval()
+
+
+# --- mechanisms: every registered one ----------------------------------------------------------
+
+
+def test_the_seed_mechanisms_are_registered():
+    assert set(MECHANISM_NAMES) >= {
+        "ordinal_aware",
+        "response_conditioned",
+        "ordinal_pattern",
+        "qwk_aligned",
+        "hierarchical_ordinal",
+    }
+
+
+@pytest.mark.parametrize("mechanism_name", MECHANISM_NAMES)
+@pytest.mark.parametrize("ragged", [False, True])
+def test_mechanism_forward_shape_no_nan_backward(mechanism_name, config, ragged):
+    mechanism = AttentionRegistry.create(mechanism_name, config).train()
+    context = make_context(ragged=ragged)
+    context.embeddings.requires_grad_(True)
+    output = mechanism(context)
+    assert output.shape == context.embeddings.shape
+    assert not torch.isnan(output).any()
+    output.square().mean().backward()
+    assert torch.isfinite(context.embeddings.grad).all()
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in mechanism.parameters())
+
+
+@pytest.mark.parametrize("mechanism_name", MECHANISM_NAMES)
+def test_attention_weights_valid(mechanism_name, config):
+    mechanism = make_mechanism(mechanism_name, config)
+    context = make_context(ragged=True)
+    maps = mechanism.get_attention_weights(context)
+    assert maps, "every mechanism exposes at least one attention map"
+    visible = torch.arange(L).unsqueeze(1) > torch.arange(L).unsqueeze(0)  # [L, L] s < t
+    visible = visible & context.mask.unsqueeze(1)  # [B, L, L] valid keys
+    for name, w in maps.items():
+        assert w.shape == (B, H, L, L), name
+        assert w.min() >= 0 and w.max() <= 1, name
+        assert (w[~visible.unsqueeze(1).expand_as(w)] == 0).all(), f"{name}: weight on a hidden key"
+        sums = w.sum(-1)  # [B, H, L]
+        has_key = visible.any(-1).unsqueeze(1).expand_as(sums)
+        assert torch.allclose(sums[has_key], torch.ones_like(sums[has_key]), atol=1e-5), name
+        assert (sums[~has_key] == 0).all(), f"{name}: rows without a visible key must be zero"
+        assert (w[:, :, 0] == 0).all(), f"{name}: step 0 has no past"
+
+
+@pytest.mark.parametrize("mechanism_name", MECHANISM_NAMES)
+def test_mechanism_is_causal(mechanism_name, config):
+    """Output at t is unchanged when responses at >= t and embeddings at > t change."""
+    mechanism = make_mechanism(mechanism_name, config)
+    context = make_context(ragged=True)
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        base = mechanism(context)
+        base_w = mechanism.get_attention_weights(context)
+        for t in range(L):
+            for _ in range(2):
+                r = context.responses.clone()
+                e = context.embeddings.clone()
+                r[:, t:] = torch.randint(0, K, (B, L - t), generator=g)
+                e[:, t + 1 :] = torch.randn(B, L - t - 1, D, generator=g)
+                pert = AttentionContext(e, r, context.mask, {})
+                out = mechanism(pert)
+                assert torch.allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-5), t
+                for key, w in mechanism.get_attention_weights(pert).items():
+                    assert torch.allclose(w[:, :, : t + 1], base_w[key][:, :, : t + 1], atol=1e-5)
+
+
+@pytest.mark.parametrize("mechanism_name", MECHANISM_NAMES)
+def test_padded_steps_are_never_read(mechanism_name, config):
+    mechanism = make_mechanism(mechanism_name, config)
+    context = make_context(ragged=True)
+    pad = ~context.mask
+    r, e = context.responses.clone(), context.embeddings.clone()
+    r[pad] = K - 1
+    e[pad] = 5.0
+    with torch.no_grad():
+        a = mechanism(context)
+        b = mechanism(AttentionContext(e, r, context.mask, {}))
+    assert torch.allclose(a[context.mask], b[context.mask], atol=1e-5)
+
+
+def test_context_errors_name_the_tensor(config):
+    mechanism = make_mechanism("ordinal_aware", config)
+    ctx = make_context()
+    with pytest.raises(ValueError, match=r"responses must lie in \[0, 3\]"):
+        mechanism(AttentionContext(ctx.embeddings, ctx.responses + K))
+    with pytest.raises(ValueError, match="responses must be"):
+        mechanism(AttentionContext(ctx.embeddings, ctx.responses[:, :3]))
+    with pytest.raises(ValueError, match="integer categories"):
+        mechanism(AttentionContext(ctx.embeddings, ctx.responses.float()))
+
+
+# --- registry ----------------------------------------------------------------------------------
+
+
+def test_registry_create_unknown_lists_names(config):
+    with pytest.raises(KeyError, match="valid names: .*ordinal_aware"):
+        AttentionRegistry.create("no_such_mechanism", config)
+    with pytest.raises(ValueError):  # the seed raised ValueError: both work
+        AttentionRegistry.create("no_such_mechanism", config)
+
+
+def test_registry_rejects_non_mechanisms():
+    with pytest.raises(ValueError, match="must inherit from AttentionMechanism"):
+        AttentionRegistry.register("not_a_mechanism")(torch.nn.Linear)
+
+
+def test_registry_custom_mechanism_plugs_into_the_model():
+    """Seed 002's extension guide: register a mechanism, then use it by name."""
+
+    @AttentionRegistry.register("test_identity")
+    class Identity(AttentionMechanism):
+        def attend(self, context, need_weights=False):
+            return context.embeddings, {}
+
+    try:
+        assert "test_identity" in AttentionRegistry.list_available()
+        model = create_attention_gpcm(
+            20, 4, mechanisms=["test_identity", "ordinal_aware"], embed_dim=16, n_heads=2
+        )
+        batch = random_batch(20, B=2, L=8, K=4)
+        assert model(batch).logits.shape == (2, 8, 4)
+    finally:
+        del MECHANISMS["test_identity"]
+
+
+def test_attention_config_validation():
+    with pytest.raises(ValueError, match="not divisible"):
+        AttentionRegistry.create("ordinal_aware", AttentionConfig(embed_dim=10, n_heads=4))
+    with pytest.raises(ValueError, match="correct_threshold"):
+        AttentionRegistry.create("ordinal_aware", AttentionConfig(n_cats=2, correct_threshold=2))
+    with pytest.raises(ValueError, match="unknown field"):
+        AttentionRegistry.create("ordinal_aware", {"embed_dim": 16, "n_head": 2})
+
+
+# --- pipeline ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fusion", ["concat", "weighted", "mean"])
+def test_pipeline_fusions(fusion, config):
+    torch.manual_seed(0)
+    pipeline = build_pipeline(["ordinal_aware", "hierarchical_ordinal"], config, fusion).eval()
+    context = make_context(ragged=True)
+    out = pipeline(context)
+    assert out.shape == context.embeddings.shape and torch.isfinite(out).all()
+    maps = pipeline.get_attention_weights(context)
+    assert set(maps) == {
+        "ordinal_aware/attention",
+        "hierarchical_ordinal/binary",
+        "hierarchical_ordinal/ordinal",
+    }
+    weights = pipeline.fusion_weights()
+    if fusion == "weighted":
+        assert torch.allclose(weights.sum(), torch.tensor(1.0)) and (weights > 0).all()
+    else:
+        assert weights is None
+
+
+def test_pipeline_mean_and_weighted_of_one_mechanism_is_that_mechanism(config):
+    torch.manual_seed(0)
+    mechanism = AttentionRegistry.create("qwk_aligned", config).eval()
+    context = make_context()
+    with torch.no_grad():
+        alone = mechanism(context)
+        for fusion in ("mean", "weighted"):
+            assert torch.allclose(AttentionPipeline([mechanism], fusion)(context), alone, atol=1e-6)
+
+
+def test_pipeline_errors(config):
+    with pytest.raises(ValueError, match="unknown fusion method 'sum'"):
+        build_pipeline(["ordinal_aware"], config, "sum")
+    with pytest.raises(ValueError, match="at least one"):
+        AttentionPipeline([], "mean")
+    small = AttentionRegistry.create("ordinal_aware", AttentionConfig(embed_dim=8, n_heads=2))
+    big = AttentionRegistry.create("ordinal_aware", config)
+    with pytest.raises(ValueError, match="equal embed_dim"):
+        AttentionPipeline([small, big], "mean")
+    assert AttentionPipeline([small, big], "concat").fusion_layer.out_features == 8
+
+
+# --- seed 002's integration tests --------------------------------------------------------------
+
+
+def seed_batch(questions: torch.Tensor, responses: torch.Tensor) -> Batch:
+    return Batch(q=questions, r=responses, mask=torch.ones_like(questions, dtype=torch.bool))
+
+
+def test_pipeline_integration():
+    model = create_attention_gpcm(
+        n_questions=100,
+        n_responses=4,
+        mechanisms=["ordinal_aware", "qwk_aligned"],
+        fusion_method="weighted",
+    )
+    assert isinstance(model, ModularAttentionGPCM)
+    questions = torch.randint(0, 100, (8, 20))
+    responses = torch.randint(0, 4, (8, 20))
+    output = model(seed_batch(questions, responses)).logits
+    assert output.shape == (8, 20, 4)
+    assert not torch.isnan(output).any()
+
+
+@pytest.mark.parametrize(
+    "mechanisms, fusion",
+    [
+        (["ordinal_aware"], "mean"),
+        (["response_conditioned", "ordinal_pattern"], "concat"),
+        (["qwk_aligned", "hierarchical_ordinal"], "weighted"),
+    ],
+)
+def test_mechanism_composition(mechanisms, fusion):
+    model = create_attention_gpcm(
+        n_questions=100, attention_type="modular", mechanisms=mechanisms, fusion_method=fusion
+    )
+    assert len(model.attention_pipeline.mechanisms) == len(mechanisms)
+    assert model.attention_pipeline.fusion_method == fusion
+    batch = random_batch(100, B=3, L=12, K=4)
+    assert audit_causality(model, batch, steps=[0, 1, 6, 11], trials=1)
+
+
+def test_factory_basic_and_errors():
+    basic = create_attention_gpcm(50, 3, attention_type="basic", embed_dim=16, n_heads=2)
+    assert basic.registry_name == "attention_gpcm" and basic.config.K == 3
+    with pytest.raises(ValueError, match="Unknown attention type"):
+        create_attention_gpcm(50, attention_type="fancy")
+    with pytest.raises(ValueError, match="apply to attention_type='modular'"):
+        create_attention_gpcm(50, attention_type="basic", mechanisms=["ordinal_aware"])
+    with pytest.raises(ValueError, match="unknown mechanism"):
+        create_attention_gpcm(50, mechanisms=["ordinal_awar"])
+    with pytest.raises(ValueError, match="disagrees with the model's embed_dim"):
+        create_attention_gpcm(50, embed_dim=16, attention_config={"embed_dim": 32})
+    model = create_attention_gpcm(
+        50, 4, attention_config=AttentionConfig(embed_dim=16, n_heads=2, n_cats=4)
+    )
+    assert model.config.d == 16 and model.config.n_heads == 2
+
+
+# --- models: causality audit, binary data, losses ----------------------------------------------
+
+
+AUDITED = [
+    ("attention_gpcm", {"n_layers": 2}, 2),
+    ("attention_gpcm", {"n_layers": 2}, 4),
+    ("modular_attention_gpcm", {"n_layers": 2, "mechanisms": MECHANISM_NAMES}, 2),
+    ("modular_attention_gpcm", {"n_layers": 2, "mechanisms": MECHANISM_NAMES}, 4),
+    *[("modular_attention_gpcm", {"mechanisms": [m]}, 4) for m in MECHANISM_NAMES],
+    *[("modular_attention_gpcm", {"fusion": f}, 4) for f in ("concat", "weighted", "mean")],
+]
+
+
+@pytest.mark.parametrize("name, overrides, n_cats", AUDITED)
+def test_models_pass_the_causality_audit(name, overrides, n_cats):
+    torch.manual_seed(0)
+    model = build_model(name, preset="tiny", num_c=12, K=n_cats, **overrides)
+    batch = random_batch(12, B=4, L=16, K=n_cats, seed=3)
+    result = audit_causality(model, batch, steps=[0, 1, 4, 9, 14, 15], trials=1)
+    assert result, str(result)
+
+
+def test_binary_data_is_a_2pl_and_evaluates_with_auc():
+    from kt_lib.train import evaluate, fit
+
+    data = make_tiny_dataset(num_c=8, num_pid=0, K=2, n=30, L=20)
+    torch.manual_seed(0)
+    model = build_model("attention_gpcm", preset="tiny", dataset=data)
+    assert model.config.K == 2
+    model.eval()
+    batch = random_batch(8, B=3, L=10, K=2)
+    out = model(batch)
+    theta, alpha, beta = out.extras["theta"], out.extras["alpha"], out.extras["thresholds"][..., 0]
+    p1 = model.probabilities(out)[..., 1]
+    assert torch.allclose(p1, torch.sigmoid(alpha * (theta - beta)), atol=1e-6)
+    res = fit(model, data, data, epochs=1, progress=False, metric="auc")
+    metrics = evaluate(res.model, data)
+    assert {"auc", "qwk", "acc", "rmse", "logloss"} <= set(metrics)
+
+
+@pytest.mark.parametrize("loss", ["ce", "emd", "qwk", "ce+emd", "ce+qwk"])
+def test_configurable_losses_train(loss):
+    data = make_tiny_dataset(num_c=8, num_pid=0, K=4, n=20, L=15)
+    torch.manual_seed(0)
+    model = build_model("attention_gpcm", preset="tiny", dataset=data, loss=loss)
+    batch = random_batch(8, B=3, L=10, K=4)
+    terms = model.loss(model(batch), batch)
+    assert torch.isfinite(terms["total"])
+    assert (set(loss.split("+")) <= set(terms)) == ("+" in loss)
+    terms["total"].backward()
+    with pytest.raises(ValueError, match="loss 'ce\\+mse'"):
+        build_model("attention_gpcm", num_c=8, loss="ce+mse")
+
+
+# --- GPCM layer and ordinal losses -------------------------------------------------------------
+
+
+def test_gpcm_matches_the_formula_and_sums_to_one():
+    g = torch.Generator().manual_seed(0)
+    theta, alpha = torch.randn(5, generator=g), torch.rand(5, generator=g) + 0.5
+    beta = torch.sort(torch.randn(5, 3, generator=g), dim=-1).values
+    prob = gpcm_logits(theta, alpha, beta).softmax(-1)
+    assert torch.allclose(prob.sum(-1), torch.ones(5))
+    for i in range(5):
+        z = [0.0]
+        for h in range(3):
+            z.append(z[-1] + float(alpha[i] * (theta[i] - beta[i, h])))
+        expected = np.exp(z) / np.exp(z).sum()
+        assert np.allclose(prob[i].numpy(), expected, atol=1e-6)
+
+
+def test_gpcm_with_two_categories_is_2pl():
+    theta, alpha, beta = torch.randn(7), torch.rand(7) + 0.2, torch.randn(7)
+    prob = gpcm_logits(theta, alpha, beta.unsqueeze(-1)).softmax(-1)
+    assert torch.allclose(prob[:, 1], torch.sigmoid(alpha * (theta - beta)), atol=1e-6)
+
+
+def test_gpcm_head_keeps_thresholds_ordered_and_alpha_positive():
+    head = GPCMHead(num_items=30, K=5)
+    for p in head.parameters():
+        torch.nn.init.normal_(p, std=3.0)
+    alpha, thresholds = head.item_parameters()
+    assert alpha.shape == (30,) and (alpha > 0).all()
+    assert thresholds.shape == (30, 4) and (thresholds.diff(dim=-1) > 0).all()
+    out = head(torch.randn(2, 6), torch.randint(0, 30, (2, 6)))
+    assert out.logits.shape == (2, 6, 5) and out.thresholds.shape == (2, 6, 4)
+    assert torch.allclose(
+        ordered_thresholds(torch.zeros(1, 1), torch.zeros(1, 0)), torch.zeros(1, 1)
+    )
+    with pytest.raises(ValueError, match="K >= 2"):
+        GPCMHead(3, 1)
+
+
+def test_ordinal_losses_prefer_near_misses():
+    target = torch.tensor([3])
+    near, far = torch.tensor([[0.0, 0, 9, 0]]), torch.tensor([[9.0, 0, 0, 0]])
+    perfect = torch.tensor([[0.0, 0, 0, 30]])
+    assert emd_loss(near, target) < emd_loss(far, target)
+    assert emd_loss(perfect, target) < 1e-6
+    assert F.cross_entropy(near, target) == pytest.approx(float(F.cross_entropy(far, target)))
+    targets = torch.tensor([0, 1, 2, 3])
+    assert qwk_loss(torch.eye(4) * 30, targets) < 1e-6
+    assert qwk_loss(torch.eye(4)[[1, 2, 3, 2]] * 30, targets) < qwk_loss(
+        torch.eye(4)[[3, 3, 0, 0]] * 30, targets
+    )
+    assert parse_loss("ce+emd") == ["ce", "emd"]
+    with pytest.raises(ValueError, match="distinct"):
+        parse_loss("ce+ce")
+    with pytest.raises(KeyError, match="valid names"):
+        parse_loss("hinge")
+
+
+# --- metrics on hand-checked cases -------------------------------------------------------------
+
+
+def test_ordinal_metrics_hand_checked():
+    y = np.array([0, 1, 2, 3, 3])
+    prob = np.eye(4)[[0, 1, 1, 0, 3]]  # errors 0, 0, 1, 3, 0
+    m = ordinal_metrics(y, prob)
+    # QWK by hand: observed sum (i-j)^2 / n = 10/5; expected from the marginals [1,1,1,2] x
+    # [2,2,0,1] is 80/25; 1 - 2/3.2 = 0.375
+    assert m["qwk"] == pytest.approx(0.375)
+    assert m["acc"] == pytest.approx(0.6)
+    assert m["ordinal_acc"] == pytest.approx(0.8)
+    assert m["mae"] == pytest.approx(0.8)
+    assert m["near_miss"] == pytest.approx(0.2)
+    assert m["large_error"] == pytest.approx(0.2)
+    assert [m[f"f1_{k}"] for k in range(4)] == pytest.approx([2 / 3, 2 / 3, 0, 2 / 3])
+    assert m["macro_f1"] == pytest.approx(0.5)
+    assert m["n"] == 5 and "auc" not in m
+    assert all(isinstance(v, (float, int)) for v in m.values())
+    cm = ordinal_confusion_matrix(y, prob)
+    expected = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0], [1, 0, 0, 1]])
+    assert np.array_equal(cm, expected)
+
+
+def test_large_error_bound_and_prediction_rule():
+    y = np.array([0, 1, 2, 3, 3])
+    prob = np.eye(4)[[0, 1, 1, 1, 0]]  # errors 0, 0, 1, 2, 3
+    assert ordinal_metrics(y, prob)["large_error"] == pytest.approx(0.2)
+    assert ordinal_metrics(y, prob, large_error=1)["large_error"] == pytest.approx(0.4)
+    skewed = np.array([[0.4, 0.0, 0.0, 0.6], [0.1, 0.5, 0.0, 0.4]])  # E = 1.8, 1.7
+    assert predict_category(skewed).tolist() == [3, 1]
+    assert predict_category(skewed, "expectation").tolist() == [2, 2]
+    m = ordinal_metrics(np.array([2, 2]), skewed, prediction="expectation")
+    assert m["acc"] == 1.0 and m["mae"] == 0.0
+    with pytest.raises(ValueError, match="argmax' or 'expectation"):
+        predict_category(skewed, "median")
+    with pytest.raises(ValueError, match="large_error must be >= 1"):
+        ordinal_metrics(y, prob, large_error=0)
+    with pytest.raises(ValueError, match=r"prob must be \[n, K\]"):
+        ordinal_metrics(y, prob[:3])
+
+
+def test_ordinal_metrics_edge_cases_and_binary():
+    y = np.array([0, 1, 2, 1])
+    perfect = ordinal_metrics(y, np.eye(3)[y])
+    assert perfect["qwk"] == 1.0 and perfect["mae"] == 0.0 and perfect["large_error"] == 0.0
+    assert np.isnan(ordinal_metrics(np.zeros(3), np.eye(2)[[0, 0, 0]])["qwk"])
+    yb = np.array([0, 1, 1, 0, 1])
+    pb = np.array([[0.8, 0.2], [0.3, 0.7], [0.6, 0.4], [0.4, 0.6], [0.1, 0.9]])
+    mb = ordinal_metrics(yb, pb)
+    assert mb["auc"] == pytest.approx(roc_auc_score(yb, pb[:, 1]))
+    assert mb["acc"] == pytest.approx(0.6) and {"rmse", "logloss"} <= set(mb)
+
+
+# --- configuration files -----------------------------------------------------------------------
+
+
+def test_seed_yaml_loads_into_the_modular_model():
+    setup = load_seed_config(SEED_CONFIG)
+    c = setup.config
+    assert setup.model == "modular_attention_gpcm"
+    assert c.mechanisms == ["ordinal_aware", "response_conditioned", "qwk_aligned"]
+    assert (c.fusion, c.d, c.n_heads, c.K, c.num_c) == ("weighted", 512, 8, 4, 1000)
+    assert (c.distance_penalty, c.window_size, c.correct_threshold) == (0.5, 3, 2)
+    assert setup.train == {"lr": 0.001, "batch_size": 32, "epochs": 100}
+    assert setup.ignored == {"gradient_checkpointing": True, "mixed_precision": True}
+    data = make_tiny_dataset(num_c=9, num_pid=0, K=4)
+    model = create_model_from_config(SEED_CONFIG, dataset=data, d=16, n_heads=2)
+    assert isinstance(model, ModularAttentionGPCM) and model.config.num_c == 9
+    assert len(model.attention_pipeline.mechanisms) == 3
+
+
+def _seed_dict(**changes) -> dict:
+    base = {
+        "attention": {
+            "type": "modular",
+            "mechanisms": ["ordinal_aware"],
+            "fusion_method": "mean",
+            "config": {"embed_dim": 16, "n_heads": 2, "n_cats": 4},
+        },
+        "model": {"n_questions": 10, "n_responses": 4, "embed_dim": 16},
+    }
+    for path, value in changes.items():
+        section, key = path.split(".")
+        if value is None:
+            base[section].pop(key, None)
+        else:
+            base[section][key] = value
+    return base
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"attention.mechanisms": ["ordinal_awar"]}, "unknown mechanism"),
+        ({"attention.fusion_method": "sum"}, "fusion must be one of"),
+        ({"attention.type": "fancy"}, "attention.type must be"),
+        ({"attention.heads": 2}, r"unknown key\(s\) \['heads'\] in 'attention'"),
+        ({"attention.config": {"embed_dim": 32}}, "embed_dim=32 disagrees"),
+        ({"attention.config": {"n_cats": 5}}, "n_cats=5 disagrees"),
+        ({"attention.config": {"temperature": 1.0}}, "unknown field"),
+        ({"attention.config": {"n_heads": 3}}, "not divisible"),
+        ({"model.n_questions": None}, "n_questions is required"),
+        ({"attention.config": None, "model.embed_dim": "big"}, "expected int"),
+    ],
+)
+def test_seed_config_errors(changes, message):
+    with pytest.raises(ValueError, match=message):
+        load_seed_config(_seed_dict(**changes))
+
+
+def test_seed_config_structure_errors(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown section\(s\) \['optimizer'\]"):
+        load_seed_config({**_seed_dict(), "optimizer": {}})
+    with pytest.raises(ValueError, match="need type: modular"):
+        load_seed_config(_seed_dict(**{"attention.type": "basic"}))
+    basic = _seed_dict(**{"attention.type": "basic"})
+    basic["attention"] = {"type": "basic"}
+    assert load_seed_config(basic).model == "attention_gpcm"
+    with pytest.raises(ValueError, match="n_responses=4 but the data has K=2"):
+        load_seed_config(_seed_dict(), dataset=make_tiny_dataset(K=2))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("attention: [1, 2]\n")
+    with pytest.raises(ValueError, match="bad.yaml: section 'attention' must be a mapping"):
+        load_seed_config(bad)
+
+
+def test_shipped_kt_lib_configs_build(tmp_path):
+    from kt_lib.models.gpcm import CONFIG_DIR
+
+    data = make_tiny_dataset(num_c=9, num_pid=0, K=4)
+    modular = build_model("modular_attention_gpcm", CONFIG_DIR / "modular_default.yaml", data)
+    assert len(modular.attention_pipeline.mechanisms) == 4
+    basic = build_model("attention_gpcm", CONFIG_DIR / "attention_gpcm_ordinal_loss.yaml", data)
+    assert basic.loss_parts == ["ce", "emd"]
+
+
+# --- recovery helper and plots -----------------------------------------------------------------
+
+
+def test_item_parameter_recovery_and_plots():
+    from kt_lib.viz import ordinal as viz
+
+    torch.manual_seed(0)
+    model = build_model("modular_attention_gpcm", preset="tiny", num_c=6, K=4)
+    torch.nn.init.normal_(model.gpcm.alpha_raw.weight)
+    learned = model.item_parameters()
+    table, corr = item_parameter_recovery(
+        model, 2 * learned["alpha"] + 1, 3 * learned["thresholds"] - 1
+    )
+    assert corr == pytest.approx({"threshold_r": 1.0, "alpha_r": 1.0}) and len(table) == 6 * 4
+    with pytest.raises(ValueError, match="thresholds"):
+        item_parameter_recovery(model, learned["alpha"], learned["thresholds"][:, :2])
+    y = np.array([0, 1, 2, 3, 3])
+    prob = np.eye(4)[[0, 1, 1, 0, 3]]
+    viz.plot_confusion(ordinal_confusion_matrix(y, prob))
+    viz.plot_category_f1({"a": ordinal_metrics(y, prob), "b": ordinal_metrics(y, np.eye(4)[y])})
+    viz.plot_parameter_recovery(table, corr)
+    batch = random_batch(6, B=1, L=8, K=4)
+    model.eval()
+    viz.plot_attention_maps(model(batch, return_attention=True).attention)
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
