@@ -6,6 +6,10 @@
 Profiles live in notebooks/params/<profile>.yaml: a `common` mapping applied to every notebook and
 one mapping per notebook stem; a notebook only receives the parameters its `parameters` cell
 declares. Each run records the git commit, parameters and package versions in reports/index.html.
+
+A notebook may show its key results in cells tagged `summary` (e.g. a small DataFrame); the index
+copies those outputs into a summary section, so a reader browses every headline table on one page.
+A notebook that fails still gets its row (and whatever summary it produced before failing).
 """
 
 from __future__ import annotations
@@ -116,9 +120,38 @@ def title_of(path: Path) -> str:
     return path.stem
 
 
+SUMMARY_TAG = "summary"
+
+
+def read_summary(executed: Path) -> str:
+    """HTML of the outputs of the cells tagged `summary` in an executed notebook ("" if none).
+
+    Rich outputs (a DataFrame's HTML) are used as is, plain text goes in <pre>; a notebook that
+    cannot be read gives "" (the index must render whatever happened).
+    """
+    try:
+        nb = json.loads(Path(executed).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    parts = []
+    for cell in nb.get("cells", []):
+        if SUMMARY_TAG not in cell.get("metadata", {}).get("tags", []):
+            continue
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "text/html" in data:
+                parts.append("".join(data["text/html"]))
+            elif "text/plain" in data:
+                parts.append(f"<pre>{html.escape(''.join(data['text/plain']))}</pre>")
+            elif output.get("output_type") == "stream" and output.get("name") == "stdout":
+                parts.append(f"<pre>{html.escape(''.join(output.get('text', '')))}</pre>")
+    return "\n".join(parts)
+
+
 def write_index(out: Path, runs: list[dict], profile: str) -> None:
-    """reports/index.html: one row per notebook with status, time and parameters."""
-    rows = []
+    """reports/index.html: one row per notebook with status, time, parameters and summary link,
+    then each notebook's summary tables."""
+    rows, summaries = [], []
     for r in runs:
         link = (
             f'<a href="{r["stem"]}.html">{html.escape(r["title"])}</a>'
@@ -127,28 +160,41 @@ def write_index(out: Path, runs: list[dict], profile: str) -> None:
         )
         status = "ok" if r["ok"] else f'<span class="err">failed: {html.escape(r["error"])}</span>'
         params = html.escape(json.dumps(r["params"])) if r["params"] else "defaults"
+        summary = r.get("summary", "")
+        jump = f'<a href="#summary-{r["stem"]}">summary</a>' if summary else "-"
         rows.append(
             f"<tr><td>{r['stem']}</td><td>{link}</td><td>{status}</td>"
-            f"<td>{r['seconds']:.0f} s</td><td><code>{params}</code></td></tr>"
+            f"<td>{r['seconds']:.0f} s</td><td>{jump}</td><td><code>{params}</code></td></tr>"
         )
+        if summary:
+            summaries.append(
+                f'<h3 id="summary-{r["stem"]}">{r["stem"]} &middot; {link}</h3>\n'
+                f'<div class="summary">{summary}</div>'
+            )
     vers = ", ".join(f"{k} {v}" for k, v in versions().items())
     page = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>kt-workbook reports</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}
 table{{border-collapse:collapse;width:100%}}td,th{{border:1px solid #ccc;padding:4px 8px;
-vertical-align:top}}code{{font-size:85%}}.err{{color:#b00}}</style></head><body>
+vertical-align:top}}code{{font-size:85%}}.err{{color:#b00}}
+.summary table{{width:auto;font-size:85%}}.summary{{overflow-x:auto}}</style></head><body>
 <h1>kt-workbook reports</h1>
 <p>Profile <b>{html.escape(profile)}</b> &middot; commit <code>{html.escape(git_commit())}</code>
 &middot; generated {dt.datetime.now().isoformat(timespec="seconds")}</p>
 <p>Versions: {html.escape(vers)}</p>
-<table><tr><th>#</th><th>notebook</th><th>status</th><th>time</th><th>parameters</th></tr>
+<table><tr><th>#</th><th>notebook</th><th>status</th><th>time</th><th>summary</th>
+<th>parameters</th></tr>
 {chr(10).join(rows)}
-</table></body></html>
+</table>
+<h2>Summaries</h2>
+{chr(10).join(summaries) or "<p>No notebook tagged a summary cell.</p>"}
+</body></html>
 """
     (out / "index.html").write_text(page, encoding="utf-8")
+    plain = [{k: v for k, v in r.items() if k != "summary"} for r in runs]
     (out / "runs.json").write_text(
         json.dumps(
-            {"profile": profile, "commit": git_commit(), "versions": versions(), "runs": runs},
+            {"profile": profile, "commit": git_commit(), "versions": versions(), "runs": plain},
             indent=2,
         )
     )
@@ -196,8 +242,11 @@ def run(
             if not inplace:
                 to_html(target, out / f"{path.stem}.html")
         except Exception as exc:  # a failed notebook is reported, the others still run
-            record.update(ok=False, error=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+            lines = str(exc).splitlines() or [""]
+            record.update(ok=False, error=f"{type(exc).__name__}: {lines[0]}")
         record["seconds"] = time.perf_counter() - t0
+        if not inplace:
+            record["summary"] = read_summary(target)
         print(
             f"[{path.stem}] {'ok' if record['ok'] else record['error']} "
             f"({record['seconds']:.0f} s)",

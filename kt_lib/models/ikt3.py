@@ -133,6 +133,7 @@ class IKT3(KTModel):
     """Dual-stream iKT3 with an IRT mastery head aligned to a reference model."""
 
     config_cls = IKT3Config
+    attention_key_shift = 1  # key j of the attention maps holds interaction j - 1 (start token)
 
     def __init__(self, config: IKT3Config):
         super().__init__(config)

@@ -1,0 +1,257 @@
+"""The model leaderboard: results of `python -m kt_lib.experiment ... --out FILE` (or of a
+notebook run) as one table, mean ± std per dataset and model, beside the published figures.
+
+    python -m kt_lib.leaderboard runs/assist2009.json runs/statics2011.json [--metrics ...]
+
+prints a markdown table for the README. A results file is {"args", "protocol", "results": [row]}
+with one row per (model, seed) run (kt_lib/experiment.py); files of several folds or datasets
+are concatenated, and runs of one (dataset, model) pool over seeds and folds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from .published import published_wide
+
+METRICS = ("test_auc", "test_acc", "test_rmse")
+FOLD_BASE = {"line3": 1, "line4": 1, "pykt": 0}  # formats whose files carry folds: first id
+NESTED = ("valid", "history")  # per-run fields that are not table columns
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARK = ROOT / "benchmarks" / "results" / "models.json"
+
+
+def dataset_name(data_dir: str | None, data_format: str = "synthetic") -> str:
+    """Folder name of a dataset ('assist2009'), or 'synthetic' for the simulator."""
+    return "synthetic" if not data_dir else Path(data_dir).name or str(data_dir)
+
+
+def load_results(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
+    """One row per run from one or more results files, with dataset, fold, preset and file."""
+    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    if not paths:
+        raise ValueError("load_results needs at least one results file")
+    rows = []
+    for path in paths:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: cannot read a results file ({exc})") from exc
+        if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+            raise ValueError(
+                f"{path}: not a kt_lib.experiment results file (expected a mapping with "
+                "'args', 'protocol' and a 'results' list)"
+            )
+        args = data.get("args") or {}
+        for r in data["results"]:
+            row = {k: v for k, v in r.items() if k not in NESTED}
+            row.update(
+                dataset=dataset_name(args.get("data_dir"), args.get("data_format", "synthetic")),
+                data_format=args.get("data_format", "synthetic"),
+                fold=args.get("fold"),
+                preset=args.get("preset"),
+                protocol=data.get("protocol", ""),
+                file=path.name,
+            )
+            rows.append(row)
+    first = ["dataset", "model", "fold", "seed"]
+    table = pd.DataFrame(rows)
+    return table[[c for c in first if c in table] + [c for c in table if c not in first]]
+
+
+def fold_plan(data_format: str, folds: int, seeds: Iterable[int]) -> list[tuple[int | None, int]]:
+    """(fold, seed) of each run: the files' `folds` folds with the first seed where the format
+    has folds (line3/line4: 1..k, pykt: 0..k-1) and folds > 0, else every seed without a fold."""
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("fold_plan needs at least one seed")
+    if folds > 0 and data_format in FOLD_BASE:
+        base = FOLD_BASE[data_format]
+        return [(base + k, seeds[0]) for k in range(folds)]
+    return [(None, s) for s in seeds]
+
+
+def run_leaderboard(
+    datasets: Iterable[tuple[str | None, str]],
+    models: Iterable[str],
+    train_config,
+    preset: str = "tiny",
+    seeds: Iterable[int] = (0,),
+    folds: int = 0,
+    simulator: dict | None = None,
+    overrides: dict[str, dict] | None = None,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Train `models` on each (data_dir, data_format) following `fold_plan`; rows as in
+    `load_results` (the simulator takes `simulator` keyword arguments, `overrides` maps a model
+    name to config fields for it)."""
+    from tqdm.auto import tqdm
+
+    from .data import load_bundle
+    from .experiment import run_experiment
+
+    models = list(models)
+    seeds = list(seeds)
+    plan = [(d, f, fold, seed) for d, f in datasets for fold, seed in fold_plan(f, folds, seeds)]
+    rows = []
+    bar = tqdm(total=len(plan) * len(models), desc="leaderboard", disable=not progress)
+    for data_dir, data_format, fold, seed in plan:
+        kw = (simulator or {}) if data_format == "synthetic" else {}
+        bundle = load_bundle(data_dir, data_format, fold=fold, seed=seed, **kw)
+        for name in models:
+            bar.set_postfix_str(f"{bundle.name} {name} fold {fold} seed {seed}")
+            res = run_experiment(
+                name,
+                bundle.train,
+                bundle.valid,
+                bundle.test,
+                preset=preset,
+                train_config=train_config,
+                seed=seed,
+                **(overrides or {}).get(name, {}),
+            )
+            rows.append(
+                {
+                    "dataset": dataset_name(data_dir, data_format),
+                    "model": name,
+                    "fold": fold,
+                    "seed": seed,
+                    **res.row(),
+                    "data_format": data_format,
+                    "preset": preset,
+                    "protocol": bundle.protocol,
+                }
+            )
+            bar.update()
+    bar.close()
+    return pd.DataFrame(rows)
+
+
+def leaderboard(
+    table: pd.DataFrame,
+    metrics: Iterable[str] = METRICS,
+    digits: int = 4,
+    published: bool = True,
+) -> pd.DataFrame:
+    """'mean ± std' per (dataset, model) over seeds and folds, runs, mean training seconds and,
+    with `published`, the published AUCs of the same dataset and model."""
+    metrics = [m for m in metrics if m in table]
+    g = table.groupby(["dataset", "model"], sort=False)
+    mean, std = g[metrics].mean(), g[metrics].std().fillna(0.0)
+    board = pd.DataFrame(index=mean.index)
+    for m in metrics:
+        board[m.removeprefix("test_")] = [
+            "-" if math.isnan(a) else f"{a:.{digits}f} ± {s:.{digits}f}"
+            for a, s in zip(mean[m], std[m], strict=True)
+        ]
+    board["runs"] = g.size()
+    if "train_seconds" in table:
+        board["train s"] = g["train_seconds"].mean().round(1)
+    if published:
+        pub = published_wide()
+        for col in pub.columns:
+            values = [pub[col].get(key, math.nan) for key in board.index]
+            if not all(math.isnan(v) for v in values):
+                board[f"{col} AUC"] = ["" if math.isnan(v) else f"{v:.4f}" for v in values]
+    return board
+
+
+def run_protocol(runs: pd.DataFrame) -> str:
+    """One protocol line for a group of runs: the first run's, plus the folds and seeds pooled."""
+    given = runs["protocol"].dropna() if "protocol" in runs else pd.Series(dtype=str)
+    first = str(given.iloc[0]) if len(given) else "protocol not recorded"
+    pooled = []
+    for col, what in (("fold", "folds"), ("seed", "seeds")):
+        values = sorted({int(v) for v in runs.get(col, pd.Series(dtype=float)).dropna()})
+        if len(values) > 1:
+            pooled.append(f"{what} {values}")
+    return first + (f"; pooled over {' and '.join(pooled)}" if pooled else "")
+
+
+def published_comparison(table: pd.DataFrame, digits: int = 4) -> pd.DataFrame:
+    """Our test AUC (mean ± std) beside every published AUC of the same dataset and model, with
+    the protocol difference stated."""
+    from .published import protocol_note, published_frame
+
+    pub = published_frame()
+    rows = []
+    for (dataset, model), runs in table.groupby(["dataset", "model"], sort=False):
+        ours = runs["test_auc"]
+        protocol = run_protocol(runs)
+        for _, p in pub[(pub.dataset == dataset) & (pub.model == model)].iterrows():
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "model": model,
+                    "ours": f"{ours.mean():.{digits}f} ± {ours.std():.{digits}f}"
+                    if len(ours) > 1
+                    else f"{ours.mean():.{digits}f}",
+                    "published": p["auc"],
+                    "difference": round(float(ours.mean() - p["auc"]), digits),
+                    "source": p["short"],
+                    "protocol difference": protocol_note(protocol, p),
+                }
+            )
+    cols = ["dataset", "model", "ours", "published", "difference", "source", "protocol difference"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def protocols(table: pd.DataFrame) -> pd.DataFrame:
+    """The distinct protocols of a results table, per dataset."""
+    cols = [c for c in ("dataset", "preset", "protocol") if c in table]
+    return table[cols].drop_duplicates().reset_index(drop=True)
+
+
+def throughput(path: str | Path | None = None) -> pd.DataFrame:
+    """Speed per model from `benchmarks/bench_models.py`'s JSON (empty table if absent)."""
+    path = Path(path) if path is not None else BENCHMARK
+    cols = [
+        "model",
+        "params",
+        "train_interactions_per_s",
+        "inference_interactions_per_s",
+        "peak_rss_mb",
+    ]
+    if not path.exists():
+        return pd.DataFrame(columns=cols).set_index("model")
+    rows = [r for r in json.loads(path.read_text()) if "error" not in r and "params" in r]
+    return pd.DataFrame(rows, columns=cols).set_index("model")
+
+
+def to_markdown(frame: pd.DataFrame, index: bool = True) -> str:
+    """A GitHub markdown table (no extra dependency); the index becomes leading columns."""
+    f = frame.reset_index() if index else frame
+    header = [str(c) for c in f.columns]
+    body = [["" if pd.isna(v) else str(v) for v in row] for row in f.itertuples(index=False)]
+    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
+    lines = ["| " + " | ".join(esc(h) for h in header) + " |"]
+    lines.append("|" + "|".join("---" for _ in header) + "|")
+    lines += ["| " + " | ".join(esc(v) for v in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("files", nargs="+", help="results JSON files of python -m kt_lib.experiment")
+    p.add_argument("--metrics", nargs="+", default=list(METRICS))
+    p.add_argument("--digits", type=int, default=4)
+    p.add_argument("--no-published", action="store_true", help="leave out the published AUCs")
+    a = p.parse_args(argv)
+    table = load_results(a.files)
+    board = leaderboard(table, a.metrics, a.digits, published=not a.no_published)
+    print(to_markdown(board))
+    print()
+    for _, row in protocols(table).iterrows():
+        print(f"- {row['dataset']} ({row.get('preset', '')}): {row['protocol']}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Published test AUCs on the datasets in ../shared/data (from its MANIFEST.md), with sources.
+
+The protocols differ from paper to paper and from ours; every row says how its figure was made,
+and `protocol_note` states the difference to a run of this workbook. Model names are registry
+names where the workbook implements the model (dkt, sakt, akt), else the paper's (dkvmn,
+simplekt).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+DKVMN_PAPER = "Zhang et al. 2017, Dynamic Key-Value Memory Networks for Knowledge Tracing (WWW)"
+PYKT_PAPER = "Liu et al. 2022, pyKT: a Python library to benchmark deep KT models (NeurIPS D&B)"
+DKVMN_PROTOCOL = (
+    "DKVMN splits: train on *_train.csv (hyper-parameters on its 5 train/valid folds), test "
+    "AUC on *_test.csv"
+)
+PYKT_PROTOCOL = "pyKT's own preprocessing and 5-fold protocol, test AUC (mean over folds)"
+
+
+@dataclass(frozen=True)
+class PublishedResult:
+    """One published figure."""
+
+    dataset: str  # folder name in ../shared/data: assist2009, assist2015, statics2011
+    model: str  # registry name when the workbook has the model
+    auc: float  # test AUC in [0, 1]
+    source: str  # paper
+    protocol: str  # how the figure was obtained
+
+
+PUBLISHED: tuple[PublishedResult, ...] = (
+    PublishedResult("assist2009", "dkvmn", 0.8157, DKVMN_PAPER, DKVMN_PROTOCOL),
+    PublishedResult("assist2009", "dkt", 0.8053, DKVMN_PAPER, DKVMN_PROTOCOL),
+    PublishedResult(
+        "assist2015",
+        "dkvmn",
+        0.7268,
+        DKVMN_PAPER,
+        "DKVMN's own ASSIST2015 preprocessing (not the pyKT files in ../shared/data)",
+    ),
+    PublishedResult(
+        "assist2015",
+        "dkt",
+        0.7252,
+        DKVMN_PAPER,
+        "DKVMN's own ASSIST2015 preprocessing (not the pyKT files in ../shared/data)",
+    ),
+    PublishedResult("statics2011", "dkvmn", 0.8284, DKVMN_PAPER, DKVMN_PROTOCOL),
+    PublishedResult("statics2011", "dkt", 0.8020, DKVMN_PAPER, DKVMN_PROTOCOL),
+    PublishedResult("assist2009", "dkt", 0.7541, PYKT_PAPER, PYKT_PROTOCOL),
+    PublishedResult("assist2009", "sakt", 0.7246, PYKT_PAPER, PYKT_PROTOCOL),
+    PublishedResult("assist2009", "akt", 0.7853, PYKT_PAPER, PYKT_PROTOCOL),
+    PublishedResult("assist2009", "simplekt", 0.7744, PYKT_PAPER, PYKT_PROTOCOL),
+    PublishedResult("assist2015", "dkt", 0.7271, PYKT_PAPER, PYKT_PROTOCOL),
+    PublishedResult("assist2015", "sakt", 0.7114, PYKT_PAPER, PYKT_PROTOCOL),
+    PublishedResult("assist2015", "akt", 0.7281, PYKT_PAPER, PYKT_PROTOCOL),
+    PublishedResult("statics2011", "dkt", 0.8222, PYKT_PAPER, PYKT_PROTOCOL),
+    PublishedResult("statics2011", "sakt", 0.7965, PYKT_PAPER, PYKT_PROTOCOL),
+    PublishedResult("statics2011", "akt", 0.8309, PYKT_PAPER, PYKT_PROTOCOL),
+)
+
+SHORT = {DKVMN_PAPER: "DKVMN paper", PYKT_PAPER: "pyKT"}
+
+
+def published_frame(dataset: str | None = None) -> pd.DataFrame:
+    """All published figures (or one dataset's) as a table."""
+    frame = pd.DataFrame([asdict(p) for p in PUBLISHED])
+    frame["short"] = frame["source"].map(SHORT)
+    return frame if dataset is None else frame[frame["dataset"] == dataset].reset_index(drop=True)
+
+
+def published_wide(datasets: list[str] | None = None) -> pd.DataFrame:
+    """Published AUC per (dataset, model), one column per source ('DKVMN paper', 'pyKT')."""
+    frame = published_frame()
+    if datasets is not None:
+        frame = frame[frame["dataset"].isin(datasets)]
+    return frame.pivot_table(index=["dataset", "model"], columns="short", values="auc")
+
+
+def protocol_note(our_protocol: str, result: PublishedResult | pd.Series) -> str:
+    """One line contrasting our protocol with that of a published figure."""
+    source, theirs = result.source, result.protocol  # works for the dataclass and a table row
+    return f"ours: {our_protocol} | {SHORT.get(source, source)}: {theirs}"

@@ -1,0 +1,386 @@
+"""Ablation grids, attention collection and plots, the leaderboard and the report index."""
+
+from __future__ import annotations
+
+import json
+import re
+import warnings
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from kt_lib import leaderboard as lb  # noqa: E402
+from kt_lib import reports  # noqa: E402
+from kt_lib.ablation import (  # noqa: E402
+    aggregate,
+    build_grid,
+    check_cells,
+    list_grids,
+    run_grid,
+    simakt_similarity,
+    summarise,
+)
+from kt_lib.audit import random_batch  # noqa: E402
+from kt_lib.data import load_bundle  # noqa: E402
+from kt_lib.models import MODELS, build_model, list_models, make_config  # noqa: E402
+from kt_lib.models.simakt import load_simakt_config  # noqa: E402
+from kt_lib.published import PUBLISHED, published_frame, published_wide  # noqa: E402
+from kt_lib.train import TrainConfig  # noqa: E402
+from kt_lib.viz import attention as att  # noqa: E402
+from tests.conftest import make_tiny_dataset  # noqa: E402
+
+NUM_C, NUM_PID = 12, 36
+TINY_TRAIN = TrainConfig(epochs=1, batch_size=16, max_len=12, lr=1e-2, progress=False)
+
+
+@pytest.fixture(scope="module")
+def sim_bundle():
+    return load_bundle(None, "synthetic", seed=0, num_students=40, seq_len=12, num_c=4)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+# --- ablation grids --------------------------------------------------------------------------
+
+
+def test_run_grid_rows_factors_and_seed_spread(sim_bundle):
+    cells = [
+        {"label": "dkt", "model": "dkt", "preset": "tiny", "factors": {"family": "rnn"}},
+        {"label": "sakt d=8", "model": "sakt", "preset": "tiny", "overrides": {"d": 8}},
+    ]
+    table = run_grid(cells, sim_bundle, seeds=[0, 1], train_config=TINY_TRAIN, progress=False)
+    assert len(table) == 4
+    assert table[["label", "seed"]].values.tolist() == [
+        ["dkt", 0],
+        ["dkt", 1],
+        ["sakt d=8", 0],
+        ["sakt d=8", 1],
+    ]
+    assert {"model", "preset", "family", "d", "test_auc", "test_acc", "test_rmse"} <= set(table)
+    assert table.loc[table.label == "dkt", "family"].eq("rnn").all()
+    assert table.loc[table.label == "sakt d=8", "d"].eq(8).all()
+    assert np.isfinite(table["test_auc"]).all()
+    for _, runs in table.groupby("label"):
+        assert runs["test_auc"].nunique() == 2, "different seeds must give different numbers"
+    again = run_grid(cells[:1], sim_bundle, seeds=[0], train_config=TINY_TRAIN, progress=False)
+    assert again["test_auc"].iloc[0] == table["test_auc"].iloc[0]  # same seed, same number
+
+
+def test_summarise_formats_mean_std():
+    table = pd.DataFrame({"label": ["a", "a", "b"], "seed": [0, 1, 0], "test_auc": [0.7, 0.8, 0.6]})
+    s = summarise(table, "label")
+    assert list(s.index) == ["a", "b"] and list(s.columns) == ["test_auc", "runs"]
+    assert s.loc["a", "test_auc"] == "0.7500 ± 0.0707"
+    assert s.loc["b", "test_auc"] == "0.6000 ± 0.0000"  # one run: std 0
+    assert s.loc["a", "runs"] == 2
+    assert re.fullmatch(r"\d\.\d{2} ± \d\.\d{2}", summarise(table, "label", digits=2).iloc[0, 0])
+    agg = aggregate(table, "label", ["test_auc"])
+    assert agg.loc["a", ("mean", "test_auc")] == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize(
+    "cells, message",
+    [
+        ([], "at least one cell"),
+        ([{"label": "x"}], "lacks"),
+        ([{"label": "x", "model": "dkt", "seeds": 3}], "unknown key"),
+        ([{"label": "x", "model": "dkt"}, {"label": "x", "model": "sakt"}], "duplicate"),
+    ],
+)
+def test_cell_errors(cells, message):
+    with pytest.raises(ValueError, match=message):
+        check_cells(cells)
+
+
+@pytest.mark.parametrize("name", list_grids())
+def test_predefined_grids_build_valid_configs(name):
+    grid = build_grid(name)
+    assert len(grid) >= 2 and grid.description
+    labels = [c["label"] for c in grid.cells]
+    assert len(set(labels)) == len(labels)
+    K = 4 if grid.ordinal else 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # no_inter_student: every head off
+        for cell in grid.cells:
+            assert MODELS[cell["model"]].ordinal == grid.ordinal
+            cfg = make_config(
+                cell["model"], preset=cell["preset"], num_c=NUM_C, K=K, **cell["overrides"]
+            )
+            cfg.validate()
+            assert set(grid.factors) <= set(cell["factors"])
+
+
+def test_simakt_grids_shrink_banks_and_set_factors():
+    sim = simakt_similarity("position_weighted_dual", n_clusters=3, k_neighbors=2, future_weight=1)
+    parsed = load_simakt_config(sim)
+    cluster, knn = parsed.heads
+    assert cluster.params.n_clusters == 3 and knn.params.k_neighbors == 2
+    assert cluster.future_weight == knn.future_weight == 1.0
+    step2 = load_simakt_config(
+        simakt_similarity("dual_modular", n_clusters=5, memory_size=7, k_neighbors=3)
+    )
+    assert step2.heads[0].params.n_clusters == 5 and step2.heads[1].params.memory_size == 7
+    with pytest.raises(ValueError, match="unknown SimAKT setting"):
+        simakt_similarity("position_weighted_dual", clusters=3)
+    heads = build_grid("simakt_heads")
+    weights = {
+        c["label"]: (c["factors"]["cluster_weight"], c["factors"]["knn_weight"])
+        for c in heads.cells
+    }
+    assert weights == {
+        "no_inter_student": (0.0, 0.0),
+        "cluster_only": (1.0, 0.0),
+        "knn_only": (0.0, 1.0),
+        "dual": (1.0, 1.0),
+    }
+    fw = build_grid("simakt_future_weight", weights=[0, 1])
+    assert [c["factors"]["future_weight"] for c in fw.cells] == [0.0, 1.0]
+    with pytest.raises(KeyError, match="valid names"):
+        build_grid("nope")
+
+
+# --- attention -------------------------------------------------------------------------------
+
+
+def _trained_tiny(name: str):
+    K = 4 if MODELS[name].ordinal else 2
+    train = make_tiny_dataset(NUM_C, NUM_PID, K)
+    torch.manual_seed(0)
+    model = build_model(name, preset="tiny", num_c=NUM_C, num_pid=NUM_PID, K=K)
+    model.prepare(train)
+    return model, random_batch(NUM_C, B=3, L=16, num_pid=NUM_PID, K=K, seed=1), K
+
+
+@pytest.mark.parametrize("name", list_models())
+def test_collect_attention_every_model(name):
+    model, batch, K = _trained_tiny(name)
+    model.train()
+    maps = att.collect_attention(model, batch, index=1)
+    assert model.training, "collect_attention restores the training mode"
+    n = int(batch.mask[1].sum())
+    if name == "dkt":
+        assert maps == {}
+    else:
+        assert maps, f"{name} returned no attention maps"
+    for key, w in maps.items():
+        layer, head = att.split_key(key)
+        assert layer and head, key
+        assert isinstance(w, np.ndarray) and w.ndim == 2 and np.isfinite(w).all(), key
+        assert w.shape[0] == n, key
+        if not att.is_memory(key):
+            assert re.fullmatch(r"h\d+", head) and w.shape == (n, n), key
+            assert np.triu(w, 1).max(initial=0) == 0, f"{key} attends to a later step"
+    assert all(not att.is_memory(k) for k in maps) or name == "simakt"
+    labels = att.step_labels(batch, 1, K)
+    assert len(labels) == n
+    keys = att.key_labels(model, batch, 1, K)
+    assert len(keys) == n and (keys[0] == "start") == (name == "ikt3")
+
+
+def test_named_maps_of_akt_simakt_and_ordinal():
+    akt, batch, _ = _trained_tiny("akt")
+    maps = att.collect_attention(akt, batch)
+    assert {"retriever0", "retriever0/undecayed"} <= set(att.layers(maps))
+    simakt, batch, _ = _trained_tiny("simakt")
+    maps = att.collect_attention(simakt, batch)
+    assert {"block3/cluster", "block3/knn"} <= {k for k in maps if att.is_memory(k)}
+    assert att.layers(maps, memory=True) == ["block3"]
+    modular, batch, _ = _trained_tiny("modular_attention_gpcm")
+    maps = att.collect_attention(modular, batch)
+    assert "ordinal_aware/attention" in att.layers(maps)
+
+
+def test_tick_labels():
+    batch = random_batch(NUM_C, B=1, L=3, K=2, seed=0, ragged=False)
+    batch.q[0], batch.r[0] = torch.tensor([12, 3, 0]), torch.tensor([1, 0, 1])
+    assert att.step_labels(batch) == ["q12✓", "q3✗", "q0✓"]
+    batch.r[0] = torch.tensor([2, 0, 3])
+    assert att.step_labels(batch, K=4) == ["q12:2", "q3:0", "q0:3"]
+
+
+@pytest.mark.parametrize("name", ["sakt", "akt", "ikt3", "modular_attention_gpcm"])
+def test_heatmaps_draw(name):
+    model, batch, K = _trained_tiny(name)
+    maps = att.collect_attention(model, batch)
+    labels = att.step_labels(batch, 0, K)
+    assert att.plot_heads(maps, labels=labels, key_labels=att.key_labels(model, batch, 0, K))
+    assert att.plot_layers(maps, labels=labels, max_steps=8)
+    per_model = {name: maps, "dkt": {}}
+    assert att.plot_side_by_side(per_model, labels)
+    with pytest.raises(KeyError, match="layers"):
+        att.plot_heads(maps, "nope")
+
+
+def test_decay_curves_and_fusion_weights():
+    akt, _, _ = _trained_tiny("akt")
+    rates = att.decay_rates(akt)
+    assert set(rates) == {"encoder0", "question0", "retriever0"}
+    curves = att.decay_curves(rates, max_distance=10, n=11)
+    expected = np.exp(-rates["encoder0"][1] * 10)
+    row = curves[(curves.layer == "encoder0") & (curves["head"] == "h1")].iloc[-1]
+    assert row["factor"] == pytest.approx(expected)
+    assert att.plot_decay_curves(akt)
+    dt, _, _ = _trained_tiny("dtransformer")
+    assert {"block1", "block2", "block3", "block4"} <= set(att.decay_rates(dt))
+    modular, _, _ = _trained_tiny("modular_attention_gpcm")
+    weights = att.fusion_weights(modular)
+    assert weights["weight"].sum() == pytest.approx(1.0)
+    assert att.plot_fusion_weights(modular)
+    sakt, _, _ = _trained_tiny("sakt")
+    assert att.fusion_weights(sakt).empty
+    with pytest.raises(ValueError, match="no decay"):
+        att.plot_decay_curves(sakt)
+
+
+def test_memory_attention_against_archetypes():
+    res = load_bundle(None, "synthetic", seed=0, num_students=60, seq_len=12, num_c=4)
+    torch.manual_seed(0)
+    model = build_model("simakt", preset="tiny", dataset=res.train, max_len=12)
+    model.prepare(res.train)
+    uid = res.test.students[0].uid
+    maps, batch = att.student_attention(model, res.test, uid, max_len=12)
+    slots = att.memory_slots(model, uid, res.truth)
+    cluster = slots[slots["kind"] == "cluster"]
+    assert len(cluster) == 3 and cluster["size"].sum() > 0
+    shares = cluster[list(res.truth.arch_names)].to_numpy()
+    assert np.allclose(shares.sum(1)[cluster["size"] > 0], 1.0)
+    table = att.memory_attention(maps)
+    assert set(table["map"]) == {"block3/cluster", "block3/knn", "block3/graph", "block3/attention"}
+    assert att.plot_memory_attention(maps, slots)
+    affinity = att.archetype_affinity(model, res.test, res.truth, max_len=12)
+    sums = affinity.groupby(["map", "true"])["mass"].sum()
+    assert np.allclose(sums.loc[["block3/cluster", "block3/knn"]], 1.0, atol=1e-5)
+    assert att.plot_archetype_affinity(affinity)
+
+
+# --- leaderboard, published figures, report index --------------------------------------------
+
+
+def _results_file(path, data_dir, fold, aucs, model="dkt"):
+    rows = [
+        {
+            "model": model,
+            "test_auc": a,
+            "test_acc": 0.7,
+            "test_rmse": 0.4,
+            "seed": s,
+            "train_seconds": 2.0,
+            "valid": {"auc": a},
+            "history": {"epoch": [0]},
+        }
+        for s, a in enumerate(aucs)
+    ]
+    args = {"data_dir": data_dir, "data_format": "line3", "fold": fold, "preset": "paper"}
+    path.write_text(json.dumps({"args": args, "protocol": f"fold {fold}", "results": rows}))
+    return path
+
+
+def test_leaderboard_round_trip(tmp_path, capsys):
+    a = _results_file(tmp_path / "a.json", "../shared/data/assist2009", 1, [0.80])
+    b = _results_file(tmp_path / "b.json", "../shared/data/assist2009", 2, [0.82])
+    c = _results_file(tmp_path / "c.json", None, None, [0.6, 0.7], model="sakt")
+    table = lb.load_results([a, b, c])
+    assert len(table) == 4 and "history" not in table and "valid" not in table
+    assert table["dataset"].tolist() == ["assist2009", "assist2009", "synthetic", "synthetic"]
+    assert table["fold"].tolist()[:2] == [1, 2]
+    board = lb.leaderboard(table)
+    assert board.loc[("assist2009", "dkt"), "auc"] == "0.8100 ± 0.0141"
+    assert board.loc[("assist2009", "dkt"), "runs"] == 2
+    assert board.loc[("assist2009", "dkt"), "pyKT AUC"] == "0.7541"
+    md = lb.to_markdown(board)
+    lines = md.splitlines()
+    assert lines[0].startswith("| dataset | model | auc | acc | rmse | runs")
+    assert lines[1].startswith("|---|")
+    assert "| assist2009 | dkt | 0.8100 ± 0.0141 |" in md
+    assert len(lines) == 2 + len(board)
+    lb.main([str(a), str(b)])
+    out = capsys.readouterr().out
+    assert "| assist2009 | dkt | 0.8100 ± 0.0141" in out and "fold 1" in out
+    comparison = lb.published_comparison(table)
+    assert set(comparison["source"]) == {"DKVMN paper", "pyKT"}
+    assert comparison["protocol difference"].str.contains("pooled over folds").all()
+    with pytest.raises(ValueError, match="not a kt_lib.experiment results file"):
+        (tmp_path / "bad.json").write_text("[]")
+        lb.load_results(tmp_path / "bad.json")
+
+
+def test_fold_plan_and_throughput(tmp_path):
+    assert lb.fold_plan("line3", 3, [7, 8]) == [(1, 7), (2, 7), (3, 7)]
+    assert lb.fold_plan("pykt", 2, [0]) == [(0, 0), (1, 0)]
+    assert lb.fold_plan("synthetic", 5, [0, 1]) == [(None, 0), (None, 1)]
+    assert lb.fold_plan("line3", 0, [3]) == [(None, 3)]
+    assert lb.throughput(tmp_path / "missing.json").empty
+    bench = tmp_path / "models.json"
+    bench.write_text(
+        json.dumps(
+            [
+                {"model": "dkt", "params": 5, "inference_interactions_per_s": 9},
+                {"model": "x", "error": "boom"},
+            ]
+        )
+    )
+    speed = lb.throughput(bench)
+    assert list(speed.index) == ["dkt"] and speed.loc["dkt", "inference_interactions_per_s"] == 9
+
+
+def test_published_table():
+    frame = published_frame()
+    assert len(frame) == len(PUBLISHED) and frame["auc"].between(0.5, 1).all()
+    assert (frame["protocol"].str.len() > 10).all() and frame["source"].notna().all()
+    wide = published_wide()
+    assert wide.loc[("assist2009", "akt"), "pyKT"] == pytest.approx(0.7853)
+    assert wide.loc[("statics2011", "dkvmn"), "DKVMN paper"] == pytest.approx(0.8284)
+
+
+def test_report_index_shows_summaries(tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    cell = new_code_cell("summary", metadata={"tags": ["summary"]})
+    cell.outputs = [
+        new_output(
+            "execute_result",
+            data={"text/html": "<table><tr><td>0.81</td></tr></table>", "text/plain": "0.81"},
+            execution_count=1,
+        )
+    ]
+    nbformat.write(new_notebook(cells=[new_code_cell("x = 1"), cell]), tmp_path / "08_a.ipynb")
+    assert "<td>0.81</td>" in reports.read_summary(tmp_path / "08_a.ipynb")
+    assert reports.read_summary(tmp_path / "missing.ipynb") == ""
+    runs = [
+        {
+            "stem": "08_a",
+            "title": "A",
+            "params": {},
+            "ok": True,
+            "error": "",
+            "seconds": 1.0,
+            "summary": reports.read_summary(tmp_path / "08_a.ipynb"),
+        },
+        {
+            "stem": "09_b",
+            "title": "B",
+            "params": {"x": 1},
+            "ok": False,
+            "error": "Boom: x",
+            "seconds": 2.0,
+            "summary": "",
+        },
+    ]
+    reports.write_index(tmp_path, runs, "quick")
+    page = (tmp_path / "index.html").read_text()
+    assert 'id="summary-08_a"' in page and "<td>0.81</td>" in page
+    assert "09_b" in page and "failed: Boom: x" in page
+    saved = json.loads((tmp_path / "runs.json").read_text())
+    assert all("summary" not in r for r in saved["runs"])
