@@ -24,7 +24,7 @@ from ..config import require
 from ..data.dataset import Batch
 from ..nn.attention import causal_mask
 from ..nn.embeddings import RaschEmbedded, RaschEmbedding
-from ..nn.monotonic import MonotonicLayer
+from ..nn.monotonic import MonotonicLayer, ReLUDropout
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 
@@ -80,10 +80,10 @@ class AKTState:
 
 
 def mlp_head(d_in: int, dims: tuple[int, ...], dropout: float) -> nn.Sequential:
-    """Linear-ReLU-Dropout stack ending in one output unit."""
+    """Linear-ReLU-Dropout stack ending in one output unit (ReLU + dropout fused)."""
     layers: list[nn.Module] = []
     for d_out in dims:
-        layers += [nn.Linear(d_in, d_out), nn.ReLU(), nn.Dropout(dropout)]
+        layers += [nn.Linear(d_in, d_out), ReLUDropout(dropout)]
         d_in = d_out
     return nn.Sequential(*layers, nn.Linear(d_in, 1))
 

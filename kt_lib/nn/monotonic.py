@@ -20,15 +20,91 @@ Public API (also used by SimAKT): `monotonic_attention` (the function on project
 
 from __future__ import annotations
 
+import math
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .blocks import FeedForward
-
 DECAY_MIN, DECAY_MAX = 1e-5, 1e5  # AKT's clamp of exp(-gamma * dist)
+DROP_LEVELS = 1 << 16  # dropout draws 16 random bits per element: p is rounded to 1 / 65536
+
+
+def draw_keep(out: torch.Tensor, p: float) -> float:
+    """Fill the bool tensor `out` with dropout keep decisions; returns the scale 1 / (1 - p').
+
+    A fast Bernoulli: 16 random bits per element (one int64 draw gives four), compared with
+    round(p * 65536); p' = that / 65536 is the rate actually used (0.05 -> 0.0500030...).
+    Several times cheaper on CPU than `bernoulli_`, and seeded by the same generator.
+    """
+    t = round(p * DROP_LEVELS)
+    n = out.numel()
+    bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=out.device)
+    bits.random_(-(2**63), 2**63 - 1)
+    torch.ge(bits.view(torch.int16)[:n].view(out.shape), t - DROP_LEVELS // 2, out=out)
+    return DROP_LEVELS / (DROP_LEVELS - t)
+
+
+class _Dropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, p: float):
+        keep = torch.empty(x.shape, dtype=torch.bool, device=x.device)
+        ctx.scale = draw_keep(keep, p)
+        ctx.save_for_backward(keep)
+        return (x * keep.view(torch.uint8)).mul_(ctx.scale)
+
+    @staticmethod
+    def backward(ctx, g):
+        (keep,) = ctx.saved_tensors
+        return (g * keep.view(torch.uint8)).mul_(ctx.scale), None
+
+
+class _ReLUDropout(torch.autograd.Function):
+    """relu then dropout, in place on its input (a fresh Linear output)."""
+
+    @staticmethod
+    def forward(ctx, x, p: float):
+        x.clamp_min_(0.0)
+        ctx.scale = 1.0
+        if p > 0:
+            keep = torch.empty(x.shape, dtype=torch.bool, device=x.device)
+            ctx.scale = draw_keep(keep, p)
+            x.mul_(keep.view(torch.uint8)).mul_(ctx.scale)
+        ctx.mark_dirty(x)
+        ctx.save_for_backward(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        # out > 0 exactly where relu passed and dropout kept
+        return (g * (out > 0).view(torch.uint8)).mul_(ctx.scale), None
+
+
+class Dropout(nn.Module):
+    """`nn.Dropout` with the fast 16-bit Bernoulli of `draw_keep`."""
+
+    def __init__(self, p: float = 0.0):
+        super().__init__()
+        if not 0 <= p < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {p}")
+        self.p = p
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _Dropout.apply(x, self.p) if self.training and self.p > 0 else x
+
+
+class ReLUDropout(Dropout):
+    """ReLU followed by `Dropout`, fused and in place (use right after a Linear)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        p = self.p if self.training else 0.0
+        if torch.is_grad_enabled() and x.grad_fn is not None:  # an op's output: overwrite it
+            return _ReLUDropout.apply(x, p)
+        x = torch.relu(x)
+        return _Dropout.apply(x, p) if p > 0 else x
 
 
 @dataclass
@@ -69,6 +145,65 @@ def context_distance(scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Te
 
 
 CHUNK_ELEMS = 1 << 19  # ~2 MB of float32 per chunk: the elementwise chain stays in cache
+QUERY_BLOCK = 64  # query rows per block; a block skips keys that none of its queries may read
+POOL_MAX_BYTES = 2 << 30  # scratch memory kept for reuse between steps (CPU only)
+
+
+class BufferPool:
+    """Recycles large CPU scratch tensors between calls.
+
+    A fresh multi-megabyte CPU allocation is a new mapping: every page faults on first touch,
+    which costs more than the arithmetic done on it. The attention below takes its [B, H, L, S]
+    buffers from here and gives them back after backward (or right away without autograd). A
+    buffer reused by a later forward bumps its version counter, so a second backward through a
+    stale graph fails loudly instead of reading overwritten values.
+    """
+
+    def __init__(self, max_bytes: int = POOL_MAX_BYTES):
+        self.max_bytes = max_bytes
+        self.free: OrderedDict[tuple, list[torch.Tensor]] = OrderedDict()
+        self.bytes = 0
+
+    def take(
+        self, shape: tuple[int, ...], like: torch.Tensor, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
+        dtype = dtype or like.dtype
+        key = (tuple(shape), dtype, like.device)
+        stack = self.free.get(key)
+        if stack:
+            t = stack.pop()
+            self.bytes -= t.numel() * t.element_size()
+            return t
+        return torch.empty(shape, dtype=dtype, device=like.device)
+
+    def give(self, *tensors: torch.Tensor | None) -> None:
+        seen = set()
+        for t in tensors:
+            if t is None or id(t) in seen or t.device.type != "cpu" or t.numel() == 0:
+                continue
+            seen.add(id(t))
+            key = (tuple(t.shape), t.dtype, t.device)
+            self.free.setdefault(key, []).append(t)
+            self.free.move_to_end(key)
+            self.bytes += t.numel() * t.element_size()
+        while self.bytes > self.max_bytes and self.free:  # evict the least recently used shapes
+            key, stack = next(iter(self.free.items()))
+            t = stack.pop(0)
+            self.bytes -= t.numel() * t.element_size()
+            if not stack:
+                del self.free[key]
+
+    def clear(self) -> None:
+        self.free.clear()
+        self.bytes = 0
+
+
+POOL = BufferPool()
+
+
+def clear_buffer_pool() -> None:
+    """Release the scratch memory kept by `monotonic_attention` (e.g. after training)."""
+    POOL.clear()
 
 
 def _masked_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -77,96 +212,161 @@ def _masked_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, neg)
 
 
+def _query_blocks(mask: torch.Tensor) -> list[tuple[int, int, int]]:
+    """(l0, l1, s1) per block of query rows: keys >= s1 are masked for every query in l0:l1.
+
+    With a causal mask the late blocks read all keys and the early ones few: about 40% of the
+    [L, S] work disappears at L = 200 with no change to any weight (masked weights are 0).
+    """
+    L, S = mask.shape[-2:]
+    visible = mask.reshape(-1, L, S).any(0)  # [L, S]
+    n = max(1, -(-L // QUERY_BLOCK))
+    edges = [round(i * L / n) for i in range(n + 1)]
+    blocks = []
+    for l0, l1 in zip(edges[:-1], edges[1:], strict=True):
+        cols = visible[l0:l1].any(0).nonzero()
+        blocks.append((l0, l1, int(cols.max()) + 1 if len(cols) else 0))
+    return blocks
+
+
 def _rows(t: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
     """Batch rows b0:b1 of a tensor that may broadcast over the batch (size-1 batch dim)."""
     return t if t.shape[0] == 1 else t[b0:b1]
 
 
+def _chunks(B: int, per_row: int):
+    rows = max(1, min(B, CHUNK_ELEMS // max(1, per_row)))
+    return rows, [(b0, min(B, b0 + rows)) for b0 in range(0, B, rows)]
+
+
 class _MonotonicCore(torch.autograd.Function):
     """Scores -> context distance -> decay -> masked softmax -> dropout -> weighted values.
 
-    A hand-fused version of AKT's attention: every [B, H, L, S] intermediate is computed chunk by
-    chunk (a few batch rows at a time, so the elementwise chain runs in cache) with in-place
-    `out=` ops, and only four [B, H, L, S] tensors are kept for backward (decayed scores, distance,
-    weights, dropped weights). Forward and gradients match the plain autograd formula (tested).
+    A hand-fused version of AKT's attention for CPU speed (the arithmetic is tiny, memory
+    traffic is what costs):
+    - query blocks: each block of query rows only computes the keys some of its queries see;
+    - batch chunks: inside a block, a few batch rows at a time go through the whole chain -
+      score matmul, elementwise ops in place (`out=`), value matmul - while in cache;
+    - per block, backward keeps the weights W, the keep mask of the dropout (bool), the decay
+      and s3 * (-y) (decayed scores times -theta * dist, zero where the decay clamp is active:
+      it carries the gradient of theta), taken from `POOL`; backward recomputes the rest per
+      chunk. With dropout, dW = dP * keep / (1 - p) and W * keep / (1 - p) = P, so
+      ds = P * dP - W * sum_j(P * dP).
+    Forward and gradients match the plain autograd formula (tests/test_akt_idkt.py).
     """
 
     @staticmethod
     def forward(ctx, q, k, v, theta, bias, pos, has_key, p: float, need_weights: bool):
         # q [B, H, L, Dh] k/v [B, H, S, Dh] theta [H] bias [B|1, H|1, L, S] pos [L, S]
-        B, H, L, _ = q.shape
+        B, H, L, Dh = q.shape
         S = k.shape[2]
-        qs = q * q.shape[-1] ** -0.5
-        A = qs @ k.transpose(-2, -1)  # [B, H, L, S] raw scores, turned into decayed scores
-        dist = torch.empty_like(A)
-        W = torch.empty_like(A)
-        P = torch.empty_like(A) if p > 0 else W
-        U = torch.empty_like(A) if need_weights else None  # undecayed weights
-        neg_theta = (-theta.detach()).view(1, H, 1, 1).to(A.dtype)
-        rows = max(1, min(B, CHUNK_ELEMS // max(1, H * L * S)))
-        w1 = A.new_empty((rows, H, L, S))
-        for b0 in range(0, B, rows):
-            b1 = min(B, b0 + rows)
-            a, w, d = A[b0:b1], w1[: b1 - b0], dist[b0:b1]
-            bias_c = _rows(bias, b0, b1)
-            torch.add(a, bias_c, out=w)
-            torch.softmax(w, -1, out=w)  # undecayed masked softmax a_ij
-            if U is not None:
-                U[b0:b1].copy_(w)
-            torch.cumsum(w, -1, out=w)
-            total = w[..., -1:].clone()  # row mass
-            torch.sub(total, w, out=w)  # mass after key j
-            w.mul_(pos).clamp_(min=0.0)
-            torch.sqrt(w, out=d)  # distance, no gradient
-            torch.mul(d, neg_theta, out=w)
-            w.exp_().clamp_(DECAY_MIN, DECAY_MAX)  # decay
-            a.mul_(w)  # decayed scores
-            torch.add(a, bias_c, out=w)
-            torch.softmax(w, -1, out=W[b0:b1])
-            if p > 0:
-                w.bernoulli_(1.0 - p)
-                torch.mul(W[b0:b1], w, out=P[b0:b1]).mul_(1.0 / (1.0 - p))
-        out = (P @ v).mul_(has_key)
-        ctx.save_for_backward(qs, k, v, theta, A, dist, W, P, has_key)
-        ctx.p = p
-        if U is None:
+        qs = q * Dh**-0.5
+        th = theta.detach().to(q.dtype)
+        pos_theta2 = pos * th.view(H, 1, 1).square()  # [H, L, S]: (theta |t - tau|)^2
+        neg_y_max = math.log(DECAY_MIN)  # exp(-y) < DECAY_MIN below this: the clamp is active
+        blocks = _query_blocks(bias > torch.finfo(q.dtype).min / 4)
+        out = q.new_zeros(B, H, L, v.shape[-1])
+        full_w = q.new_zeros(B, H, L, S) if need_weights else None
+        full_u = q.new_zeros(B, H, L, S) if need_weights else None
+        keep_grad = any(ctx.needs_input_grad)
+        saved: list[torch.Tensor] = []
+        for l0, l1, s1 in blocks:
+            shape = (B, H, l1 - l0, s1)
+            if s1 == 0:  # no query of the block sees a key: zero output
+                saved += [qs.new_empty(0)] * 3 + [qs.new_empty(0, dtype=torch.bool)]
+                continue
+            W, D, AY = (POOL.take(shape, q) for _ in range(3))
+            keep = POOL.take(shape, q, torch.bool) if p > 0 else None
+            bias_b, pos_b = bias[..., l0:l1, :s1], pos_theta2[:, l0:l1, :s1]
+            rows, chunks = _chunks(B, H * (l1 - l0) * s1)
+            work = [POOL.take((rows, *shape[1:]), q) for _ in range(3)]
+            for b0, b1 in chunks:
+                n = b1 - b0
+                a, w, m = (x[:n] for x in work)
+                torch.matmul(qs[b0:b1, :, l0:l1], k[b0:b1, :, :s1].transpose(-2, -1), out=a)
+                a.add_(_rows(bias_b, b0, b1))  # masked keys: a large finite negative
+                torch.softmax(a, -1, out=w)  # undecayed masked softmax
+                if full_u is not None:
+                    full_u[b0:b1, :, l0:l1, :s1] = w
+                # cumsum accumulates in double: the rounded running sums never pass the row
+                # total (their last entry), so the remainder is >= 0 without a clamp
+                torch.cumsum(w, -1, out=w)
+                total = w[..., -1:].clone()  # row mass
+                torch.sub(total, w, out=w)  # mass after key j
+                w.mul_(pos_b).sqrt_().neg_()  # -y = -theta * dist (dist has no gradient)
+                torch.threshold(w, neg_y_max, 0.0, out=m)  # 0 where the clamp will be active
+                w.exp_()
+                d = D[b0:b1]
+                torch.clamp(w, DECAY_MIN, DECAY_MAX, out=d)  # decay
+                a.mul_(d)  # decayed scores s3 (masked keys stay hugely negative)
+                torch.mul(a, m, out=AY[b0:b1])
+                wts = W[b0:b1]
+                torch.softmax(a, -1, out=wts)
+                if keep is not None:
+                    scale = draw_keep(keep[b0:b1], p)
+                    torch.mul(wts, keep[b0:b1].view(torch.uint8), out=w).mul_(scale)  # P
+                    wts = w
+                out[b0:b1, :, l0:l1] = wts @ v[b0:b1, :, :s1]
+            POOL.give(*work)
+            if full_w is not None:
+                full_w[:, :, l0:l1, :s1] = W
+            saved += [W, D, AY, keep if keep is not None else W.new_empty(0, dtype=torch.bool)]
+        out.mul_(has_key)
+        if keep_grad:
+            ctx.save_for_backward(qs, k, v, theta, has_key, *saved)
+            ctx.blocks, ctx.p = blocks, p
+            ctx.scale = DROP_LEVELS / (DROP_LEVELS - round(p * DROP_LEVELS))
+        else:
+            POOL.give(*saved)
+        if full_w is None:
             return out, None, None
-        return out, W * has_key, U.mul_(has_key)
+        return out, full_w.mul_(has_key), full_u.mul_(has_key)
 
     @staticmethod
     def backward(ctx, g_out, _gw, _gu):
-        qs, k, v, theta, A, dist, W, P, has_key = ctx.saved_tensors
+        if getattr(ctx, "done", False):  # its buffers went back to the pool after the first
+            raise RuntimeError(
+                "monotonic attention supports one backward per forward "
+                "(no retain_graph=True second pass)"
+            )
+        ctx.done = True
+        qs, k, v, theta, has_key, *saved = ctx.saved_tensors
         p = ctx.p
-        B, H, L, S = A.shape
+        B, H, L, Dh = qs.shape
         g_out = g_out * has_key
-        G = g_out @ v.transpose(-2, -1)  # [B, H, L, S] d loss / d dropped weights
-        gv = P.transpose(-2, -1) @ g_out
-        neg_theta = (-theta).view(1, H, 1, 1).to(A.dtype)
-        g_theta = torch.zeros(H, dtype=torch.float64, device=A.device)
-        rows = max(1, min(B, CHUNK_ELEMS // max(1, H * L * S)))
-        w1, w2 = A.new_empty((rows, H, L, S)), A.new_empty((rows, H, L, S))
-        clamped = torch.empty((rows, H, L, S), dtype=torch.bool, device=A.device)
-        for b0 in range(0, B, rows):
-            b1 = min(B, b0 + rows)
-            n = b1 - b0
-            g, w, w_, c, d = G[b0:b1], w1[:n], w2[:n], clamped[:n], dist[b0:b1]
-            if p > 0:  # kept entries are the non-zero ones (a zero weight has zero gradient)
-                torch.ne(P[b0:b1], 0, out=c)
-                g.mul_(c).mul_(1.0 / (1.0 - p))
-            torch.mul(g, W[b0:b1], out=w)
-            g.sub_(w.sum(-1, keepdim=True)).mul_(W[b0:b1])  # softmax backward
-            torch.mul(d, neg_theta, out=w)
-            w.exp_()
-            torch.lt(w, DECAY_MIN, out=c)  # the clamp passes no gradient there
-            w.clamp_(DECAY_MIN, DECAY_MAX)
-            torch.mul(g, A[b0:b1], out=w_)
-            w_.mul_(d).masked_fill_(c, 0.0)
-            # d(s * decay) / d theta = -s * decay * dist
-            g_theta -= w_.sum((0, 2, 3), dtype=torch.float64)
-            g.mul_(w)  # d loss / d raw scores
-        gq = (G @ k).mul_(qs.shape[-1] ** -0.5)
-        gk = G.transpose(-2, -1) @ qs
-        return gq, gk, gv, g_theta.to(theta.dtype), None, None, None, None, None
+        gq, gk, gv = torch.zeros_like(qs), torch.zeros_like(k), torch.zeros_like(v)
+        g_y = torch.zeros(H, dtype=torch.float64, device=qs.device)  # sum of ds * s3 * (-y)
+        for i, (l0, l1, s1) in enumerate(ctx.blocks):
+            if s1 == 0:
+                continue
+            W, D, AY, keep = saved[4 * i : 4 * i + 4]
+            shape = W.shape
+            rows, chunks = _chunks(B, H * (l1 - l0) * s1)
+            work = [POOL.take((rows, *shape[1:]), W) for _ in range(3)]
+            for b0, b1 in chunks:
+                n = b1 - b0
+                g, w, pw = (x[:n] for x in work)
+                go, kc, vc = g_out[b0:b1, :, l0:l1], k[b0:b1, :, :s1], v[b0:b1, :, :s1]
+                torch.matmul(go, vc.transpose(-2, -1), out=g)  # d loss / d P
+                wts = W[b0:b1]
+                if p > 0:
+                    torch.mul(wts, keep[b0:b1].view(torch.uint8), out=pw).mul_(ctx.scale)  # P
+                else:
+                    pw = wts
+                gv[b0:b1, :, :s1] += pw.transpose(-2, -1) @ go
+                torch.mul(pw, g, out=w)
+                rowsum = w.sum(-1, keepdim=True)
+                torch.addcmul(w, wts, rowsum, value=-1.0, out=g)  # softmax + dropout backward
+                torch.mul(g, AY[b0:b1], out=w)
+                g_y += w.sum((0, 2, 3), dtype=torch.float64)
+                g.mul_(D[b0:b1])  # d loss / d raw scores
+                gq[b0:b1, :, l0:l1] = g @ kc
+                gk[b0:b1, :, :s1] += g.transpose(-2, -1) @ qs[b0:b1, :, l0:l1]
+            POOL.give(*work)
+        POOL.give(*saved)
+        # s3 = s * exp(-theta dist): d s3 / d theta = -s3 dist = s3 (-y) / theta
+        g_theta = (g_y / theta.detach().double()).to(theta.dtype)
+        return gq.mul_(Dh**-0.5), gk, gv, g_theta, None, None, None, None, None
 
 
 def monotonic_attention(
@@ -258,7 +458,8 @@ class MonotonicMultiHeadAttention(nn.Module):
 
 
 class MonotonicLayer(nn.Module):
-    """AKT's layer: x = LN(q + Drop(MHA(q, k, v))); with `ffn`, x = LN(x + Drop(FFN(x)))."""
+    """AKT's layer: x = LN(q + Drop(MHA(q, k, v))); with `ffn`, x = LN(x + Drop(FFN(x))),
+    FFN = Linear(D, F) - ReLU - Dropout - Linear(F, D)."""
 
     def __init__(
         self,
@@ -271,10 +472,14 @@ class MonotonicLayer(nn.Module):
     ):
         super().__init__()
         self.attn = MonotonicMultiHeadAttention(d, n_heads, dropout, kq_same)
-        self.drop1 = nn.Dropout(dropout)
+        self.drop1 = Dropout(dropout)
         self.ln1 = nn.LayerNorm(d)
-        self.ffn = FeedForward(d, d_ff, dropout) if ffn else None
-        self.drop2 = nn.Dropout(dropout) if ffn else None
+        self.ffn = (
+            nn.Sequential(nn.Linear(d, d_ff), ReLUDropout(dropout), nn.Linear(d_ff, d))
+            if ffn
+            else None
+        )
+        self.drop2 = Dropout(dropout) if ffn else None
         self.ln2 = nn.LayerNorm(d) if ffn else None
 
     def forward(
