@@ -231,8 +231,8 @@ def simakt_similarity(preset: str, **changes) -> dict:
                 if section == "memory":
                     data.setdefault("memory", {})[key] = value
                 elif section == "temporal_config":
-                    if head["type"] in ("cluster", "knn"):
-                        head.setdefault("temporal_config", {})[key] = value
+                    if head.get("temporal_config"):  # content heads stay content heads
+                        head["temporal_config"][key] = value
                 elif _STEP2_TYPE.get(key, "cluster") == head["type"]:
                     head[key] = value
             if weights.get(head["type"]) is not None:
