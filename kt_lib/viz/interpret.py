@@ -113,7 +113,9 @@ def attention_by_distance(
         for lag in range(min(max_lag, w.shape[0]) + 1):
             diag = torch.diagonal(w, offset=-lag)
             rows.append((kind, lag, float(diag.mean())))
-    return pd.DataFrame(rows, columns=["attention", "lag", "weight"])
+    table = pd.DataFrame(rows, columns=["attention", "lag", "weight"])
+    masked = table.groupby("lag")["weight"].transform("max") == 0  # e.g. lag 0 of a strict mask
+    return table[~masked].reset_index(drop=True)
 
 
 def skill_parameters(params: pd.DataFrame, truth=None, min_count: int = 1) -> pd.DataFrame:
