@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
 
 from kt_lib.audit import audit_causality, random_batch
-from kt_lib.data.dataset import Batch
+from kt_lib.data.dataset import Batch, BatchLoader
 from kt_lib.heads.gpcm import (
     GPCMHead,
     emd_loss,
@@ -36,6 +36,7 @@ from kt_lib.models import build_model
 from kt_lib.models.gpcm import (
     SEED_CONFIG,
     ModularAttentionGPCM,
+    concept_theta_moments,
     create_attention_gpcm,
     create_model_from_config,
     item_parameter_recovery,
@@ -573,11 +574,32 @@ def test_item_parameter_recovery_and_plots():
     assert corr == pytest.approx({"threshold_r": 1.0, "alpha_r": 1.0}) and len(table) == 6 * 4
     with pytest.raises(ValueError, match="thresholds"):
         item_parameter_recovery(model, learned["alpha"], learned["thresholds"][:, :2])
+    # per-concept shifts of theta are not identified: the anchored frame removes them
+    shift, scale = np.linspace(-2, 2, 6), np.linspace(0.5, 2, 6)
+    moments = {"mean": shift, "sd": scale}
+    true_thr = (learned["thresholds"] - shift[:, None]) / scale[:, None]
+    table, corr = item_parameter_recovery(model, learned["alpha"] * scale, true_thr, moments)
+    assert corr["threshold_r_anchored"] == pytest.approx(1.0)
+    assert corr["alpha_r_anchored"] == pytest.approx(1.0)
+    assert corr["threshold_r"] < 0.99 and "anchored" in table
+    data = make_tiny_dataset(num_c=6, num_pid=0, K=4, n=10, L=12)
+    found = concept_theta_moments(model, data)
+    assert found["mean"].shape == (6,) and np.isfinite(found["mean"]).all()
+    model.eval()
+    with torch.no_grad():
+        pairs = [(model(b).extras["theta"][b.mask], b.q[b.mask]) for b in BatchLoader(data, 4, 12)]
+    theta, q = torch.cat([t for t, _ in pairs]), torch.cat([c for _, c in pairs])
+    expected = [float(theta[q == c].mean()) for c in range(6)]
+    assert found["mean"] == pytest.approx(expected, abs=1e-5)
+    assert found["sd"] == pytest.approx(
+        [float(theta[q == c].std(unbiased=False)) for c in range(6)], abs=1e-5
+    )
     y = np.array([0, 1, 2, 3, 3])
     prob = np.eye(4)[[0, 1, 1, 0, 3]]
     viz.plot_confusion(ordinal_confusion_matrix(y, prob))
     viz.plot_category_f1({"a": ordinal_metrics(y, prob), "b": ordinal_metrics(y, np.eye(4)[y])})
     viz.plot_parameter_recovery(table, corr)
+    viz.plot_parameter_recovery(table, corr, frame="anchored")
     batch = random_batch(6, B=1, L=8, K=4)
     model.eval()
     viz.plot_attention_maps(model(batch, return_attention=True).attention)

@@ -52,21 +52,24 @@ def plot_category_f1(metrics: dict[str, dict] | pd.DataFrame, ax=None):
     return ax
 
 
-def plot_parameter_recovery(table: pd.DataFrame, corr: dict[str, float] | None = None, axes=None):
+def plot_parameter_recovery(
+    table: pd.DataFrame, corr: dict[str, float] | None = None, frame: str = "learned", axes=None
+):
     """Learned vs true thresholds (coloured by level) and discriminations, from
-    `item_parameter_recovery`."""
+    `item_parameter_recovery`; `frame` is "learned" (raw) or "anchored" (identified frame)."""
     axes = axes if axes is not None else plt.subplots(1, 2, figsize=(9, 3.8))[1]
+    suffix = "" if frame == "learned" else f"_{frame}"
     thr = table[table.parameter != "alpha"]
-    sns.scatterplot(thr, x="true", y="learned", hue="parameter", s=25, ax=axes[0])
+    sns.scatterplot(thr, x="true", y=frame, hue="parameter", s=25, ax=axes[0])
     alp = table[table.parameter == "alpha"]
-    sns.scatterplot(alp, x="true", y="learned", s=25, color="darkorange", ax=axes[1])
+    sns.scatterplot(alp, x="true", y=frame, s=25, color="darkorange", ax=axes[1])
     corr = corr or {}
     for ax, what, key in (
         (axes[0], "thresholds", "threshold_r"),
         (axes[1], "discrimination", "alpha_r"),
     ):
-        r = f" (r = {corr[key]:.2f})" if key in corr else ""
-        ax.set(xlabel=f"true {what}", ylabel=f"learned {what}", title=f"{what}{r}")
+        r = f" (r = {corr[key + suffix]:.2f})" if key + suffix in corr else ""
+        ax.set(xlabel=f"true {what}", ylabel=f"{frame} {what}", title=f"{what}, {frame}{r}")
     return axes
 
 
