@@ -3,8 +3,10 @@
 - `banks`: cluster / KNN / graph banks, farthest-first selection, cross-fitting folds, save/load.
 - `encoders`: trajectory encoders (seed heuristic, the model's Block 2) and `encode_dataset`.
 - `similarity`: the seed's position-weighted similarity, vectorised.
+- `analysis`: cluster purity / agreement with known groups, 2-D projections.
 """
 
+from .analysis import cluster_agreement, cluster_purity, fit_projection
 from .banks import (
     BANKS,
     Bank,
@@ -29,6 +31,9 @@ __all__ = [
     "KNNBank",
     "TrajectoryEncoder",
     "bank_table",
+    "cluster_agreement",
+    "cluster_purity",
+    "fit_projection",
     "build_encoder",
     "encode_dataset",
     "farthest_first",

@@ -41,7 +41,7 @@ from ..config import from_dict, read_mapping, require
 from ..data.dataset import Batch, KTDataset, StudentSeq
 from ..heads.similarity import BankBuild, HeadContext, HeadSpec, InterStudentHeads, parse_head_spec
 from ..memory.banks import Bank, FoldAssignment
-from ..memory.encoders import ENCODERS, build_encoder, encode_dataset
+from ..memory.encoders import ENCODERS, EncodedSet, build_encoder, encode_dataset
 from .base import register
 from .dtransformer import DTransformer, DTransformerConfig, ExtraHeads
 
@@ -322,6 +322,26 @@ class SimAKT(DTransformer):
     def _encoder_states(self, batch: Batch) -> torch.Tensor:
         return self.traj_encoder.states(batch, self)
 
+    def encode_students(self, data: KTDataset) -> EncodedSet:
+        """Encodings [N, D] of complete logs (and first-window states on demand), eval mode."""
+        if self.traj_encoder is None:
+            raise ValueError("this SimAKT has no inter-student head, hence no trajectory encoder")
+        mem = self.similarity.memory
+        was_training = self.training
+        self.eval()
+        try:
+            with torch.no_grad():
+                return encode_dataset(
+                    self._encoder_states,
+                    data,
+                    self.config.max_len,
+                    self.config.max_len,
+                    mem.batch_size,
+                    self.know.device,
+                )
+        finally:
+            self.train(was_training)
+
     def build_banks(self, train: KTDataset) -> None:
         """(Re)build every active head's banks from the TRAINING students `train`."""
         if self.inter is None:
@@ -330,29 +350,16 @@ class SimAKT(DTransformer):
         folds = FoldAssignment.make(train.uids, mem.folds, mem.seed)
         heads = self.inter.bank_heads
         if heads:
+            encoded = self.encode_students(train)
+            own = folds.fold_of(encoded.uids).numpy()
+            members = [encoded.subset(np.flatnonzero(own != f)) for f in range(folds.n_folds)]
             was_training = self.training
             self.eval()
             try:
                 with torch.no_grad():
-                    encoded = encode_dataset(
-                        self._encoder_states,
-                        train,
-                        self.config.max_len,
-                        self.config.max_len,
-                        mem.batch_size,
-                        self.know.device,
-                    )
-                    own = folds.fold_of(encoded.uids).numpy()
-                    members = [
-                        encoded.subset(np.flatnonzero(own != f)) for f in range(folds.n_folds)
-                    ]
                     for head in heads:
-                        head.install(
-                            [
-                                head.build_bank(BankBuild(m, mem.seed, mem.kmeans_n_init))
-                                for m in members
-                            ]
-                        )
+                        build = [BankBuild(m, mem.seed, mem.kmeans_n_init) for m in members]
+                        head.install([head.build_bank(b) for b in build])
             finally:
                 self.train(was_training)
         self.folds = folds
