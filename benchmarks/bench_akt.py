@@ -3,8 +3,9 @@
     python benchmarks/bench_akt.py [--repeats 7] [--threads 2] [--num-pid 0] [--out FILE.json]
 
 One step = forward, loss (BCE + Rasch L2), backward, AdamW update, as in `train.fit`. Prints one
-JSON object: median and all step times, parameter count and the torch thread count (the CPU may
-be shared: rerun when the spread is large). Issue 3's target: <= 1.2 s per step on 2 cores
+JSON object: median and all step times, CPU seconds per step, the 1-minute load average, the
+parameter count and the torch thread count (the CPU may be shared: rerun when the load average
+is above the core count or the spread is large). Issue 3's target: <= 1.2 s per step on 2 cores
 (pykt-toolkit's AKT: about 5.9 s on the same machine).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -37,12 +39,13 @@ def bench(repeats: int, num_pid: int, model_name: str = "akt") -> dict:
         terms["total"].backward()
         opt.step()
 
-    step()  # warm-up (allocator, thread pool)
-    times = []
+    step()  # warm-up (allocator, thread pool, buffer pool)
+    times, cpu = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     return {
         "model": model_name,
         "setting": f"B={B} L={L} d={model.config.d} heads={model.config.n_heads} "
@@ -51,6 +54,10 @@ def bench(repeats: int, num_pid: int, model_name: str = "akt") -> dict:
         "train_step_s_median": round(statistics.median(times), 4),
         "train_step_s_min": round(min(times), 4),
         "train_step_s_all": [round(t, 4) for t in times],
+        # CPU seconds of this process per step: with threads=1 about the wall time of a quiet
+        # core, a check on wall times taken while other jobs share the machine
+        "cpu_s_median": round(statistics.median(cpu), 4),
+        "load_avg_1min": round(os.getloadavg()[0], 2),
         "target_s": 1.2,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,

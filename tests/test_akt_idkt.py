@@ -123,11 +123,10 @@ def test_dropout_forward_and_gradients_match_akt_formula():
     out = mono.monotonic_attention(q, k, v, gamma, mask, dropout=p)[0]
     torch.manual_seed(3)  # one block, one chunk: the same draw over the visible keys (the
     # strict mask hides the last key from every query)
-    keep = torch.empty(3, 4, 9, 8, dtype=torch.bool)
-    scale = mono.draw_keep(keep, p)
-    keep = F.pad(keep.to(q.dtype), (0, 1))
+    keep = torch.empty(3, 4, 9, 8, dtype=q.dtype)
+    mono.draw_keep(keep, p)  # multipliers 0 or 1 / (1 - p)
     _, w = akt_formula(q, k, v, gamma, mask)
-    ref = (w * keep * scale) @ v
+    ref = (w * F.pad(keep, (0, 1))) @ v
     torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-7)
     assert (out[:, :, 0] == 0).all()
     g = torch.randn_like(out)
@@ -142,6 +141,10 @@ def test_fast_dropout_rate_scale_and_gradients():
     torch.manual_seed(0)
     scale = mono.draw_keep(keep, 0.05)
     assert abs(scale - 1 / 0.95) < 1e-4 and abs(keep.float().mean().item() - 0.95) < 0.003
+    torch.manual_seed(0)
+    multipliers = torch.empty(200_000)
+    mono.draw_keep(multipliers, 0.05)  # same draw, as 0 / scale multipliers
+    torch.testing.assert_close(multipliers, keep.float() * scale)
     assert mono.draw_keep(keep, 0.0) == 1.0 and keep.all()
     x = torch.randn(6, 7, dtype=torch.float64, requires_grad=True)
     for module in (mono.Dropout(0.3), mono.ReLUDropout(0.3), mono.ReLUDropout(0.0)):

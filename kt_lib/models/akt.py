@@ -24,7 +24,7 @@ from ..config import require
 from ..data.dataset import Batch
 from ..nn.attention import causal_mask
 from ..nn.embeddings import RaschEmbedded, RaschEmbedding
-from ..nn.monotonic import MonotonicLayer, ReLUDropout
+from ..nn.monotonic import FlatSequential, MonotonicLayer, ReLUDropout
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 
@@ -85,7 +85,7 @@ def mlp_head(d_in: int, dims: tuple[int, ...], dropout: float) -> nn.Sequential:
     for d_out in dims:
         layers += [nn.Linear(d_in, d_out), ReLUDropout(dropout)]
         d_in = d_out
-    return nn.Sequential(*layers, nn.Linear(d_in, 1))
+    return FlatSequential(*layers, nn.Linear(d_in, 1))
 
 
 @register("akt")

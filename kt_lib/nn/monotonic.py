@@ -33,32 +33,38 @@ DROP_LEVELS = 1 << 16  # dropout draws 16 random bits per element: p is rounded 
 
 
 def draw_keep(out: torch.Tensor, p: float) -> float:
-    """Fill the bool tensor `out` with dropout keep decisions; returns the scale 1 / (1 - p').
+    """Fill `out` with dropout keep multipliers, 0 or 1 / (1 - p'); returns 1 / (1 - p').
 
     A fast Bernoulli: 16 random bits per element (one int64 draw gives four), compared with
     round(p * 65536); p' = that / 65536 is the rate actually used (0.05 -> 0.0500030...).
-    Several times cheaper on CPU than `bernoulli_`, and seeded by the same generator.
+    Several times cheaper on CPU than `bernoulli_`, and seeded by the same generator. `out` is
+    float (a multiplier, same dtype as the activations: no mixed-dtype products) or bool.
     """
     t = round(p * DROP_LEVELS)
+    scale = DROP_LEVELS / (DROP_LEVELS - t)
     n = out.numel()
     bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=out.device)
     bits.random_(-(2**63), 2**63 - 1)
-    torch.ge(bits.view(torch.int16)[:n].view(out.shape), t - DROP_LEVELS // 2, out=out)
-    return DROP_LEVELS / (DROP_LEVELS - t)
+    r = bits.view(torch.int16)[:n].view(out.shape)
+    if out.dtype == torch.bool:
+        torch.ge(r, t - DROP_LEVELS // 2, out=out)
+    else:  # in place on floats: a comparison into a float `out` would go through a bool copy
+        out.copy_(r).ge_(t - DROP_LEVELS // 2).mul_(scale)
+    return scale
 
 
 class _Dropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, p: float):
-        keep = torch.empty(x.shape, dtype=torch.bool, device=x.device)
-        ctx.scale = draw_keep(keep, p)
+        keep = torch.empty_like(x, memory_format=torch.contiguous_format)
+        draw_keep(keep, p)
         ctx.save_for_backward(keep)
-        return (x * keep.view(torch.uint8)).mul_(ctx.scale)
+        return x * keep
 
     @staticmethod
     def backward(ctx, g):
         (keep,) = ctx.saved_tensors
-        return (g * keep.view(torch.uint8)).mul_(ctx.scale), None
+        return g * keep, None
 
 
 class _ReLUDropout(torch.autograd.Function):
@@ -69,9 +75,9 @@ class _ReLUDropout(torch.autograd.Function):
         x.clamp_min_(0.0)
         ctx.scale = 1.0
         if p > 0:
-            keep = torch.empty(x.shape, dtype=torch.bool, device=x.device)
+            keep = torch.empty_like(x)
             ctx.scale = draw_keep(keep, p)
-            x.mul_(keep.view(torch.uint8)).mul_(ctx.scale)
+            x.mul_(keep)
         ctx.mark_dirty(x)
         ctx.save_for_backward(x)
         return x
@@ -79,8 +85,18 @@ class _ReLUDropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         (out,) = ctx.saved_tensors
-        # out > 0 exactly where relu passed and dropout kept
-        return (g * (out > 0).view(torch.uint8)).mul_(ctx.scale), None
+        # out >= 0, and > 0 exactly where relu passed and dropout kept: sign() is that mask
+        return torch.sign(out).mul_(g).mul_(ctx.scale), None
+
+
+class FlatSequential(nn.Sequential):
+    """`nn.Sequential` run on [N, D] rows: a Linear on a 3-D input returns a view, which the
+    in-place `ReLUDropout` must not overwrite; flattening the leading dims avoids the view."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        out = super().forward(x.reshape(-1, x.shape[-1]))
+        return out.view(*lead, out.shape[-1])
 
 
 class Dropout(nn.Module):
@@ -101,7 +117,8 @@ class ReLUDropout(Dropout):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.p if self.training else 0.0
-        if torch.is_grad_enabled() and x.grad_fn is not None:  # an op's output: overwrite it
+        # overwrite a fresh op output; never a view (autograd would copy its whole base back)
+        if torch.is_grad_enabled() and x.grad_fn is not None and x._base is None:
             return _ReLUDropout.apply(x, p)
         x = torch.relu(x)
         return _Dropout.apply(x, p) if p > 0 else x
@@ -234,6 +251,11 @@ def _rows(t: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
     return t if t.shape[0] == 1 else t[b0:b1]
 
 
+def _bh(t: torch.Tensor) -> torch.Tensor:
+    """[n, H, L, X] -> [n * H, L, X] view (a slice of contiguous heads folds its batch dims)."""
+    return t.flatten(0, 1)
+
+
 def _chunks(B: int, per_row: int):
     rows = max(1, min(B, CHUNK_ELEMS // max(1, per_row)))
     return rows, [(b0, min(B, b0 + rows)) for b0 in range(0, B, rows)]
@@ -247,7 +269,7 @@ class _MonotonicCore(torch.autograd.Function):
     - query blocks: each block of query rows only computes the keys some of its queries see;
     - batch chunks: inside a block, a few batch rows at a time go through the whole chain -
       score matmul, elementwise ops in place (`out=`), value matmul - while in cache;
-    - per block, backward keeps the weights W, the keep mask of the dropout (bool), the decay
+    - per block, backward keeps the weights W, the dropout's keep multipliers, the decay
       and s3 * (-y) (decayed scores times -theta * dist, zero where the decay clamp is active:
       it carries the gradient of theta), taken from `POOL`; backward recomputes the rest per
       chunk. With dropout, dW = dP * keep / (1 - p) and W * keep / (1 - p) = P, so
@@ -260,7 +282,9 @@ class _MonotonicCore(torch.autograd.Function):
         # q [B, H, L, Dh] k/v [B, H, S, Dh] theta [H] bias [B|1, H|1, L, S] pos [L, S]
         B, H, L, Dh = q.shape
         S = k.shape[2]
-        qs = q * Dh**-0.5
+        # contiguous heads: every chunk slice below is then a strided view bmm reads in place
+        qs = torch.mul(q, Dh**-0.5, out=q.new_empty(q.shape))  # contiguous
+        k, v = k.contiguous(), v.contiguous()
         th = theta.detach().to(q.dtype)
         pos_theta2 = pos * th.view(H, 1, 1).square()  # [H, L, S]: (theta |t - tau|)^2
         neg_y_max = math.log(DECAY_MIN)  # exp(-y) < DECAY_MIN below this: the clamp is active
@@ -273,17 +297,17 @@ class _MonotonicCore(torch.autograd.Function):
         for l0, l1, s1 in blocks:
             shape = (B, H, l1 - l0, s1)
             if s1 == 0:  # no query of the block sees a key: zero output
-                saved += [qs.new_empty(0)] * 3 + [qs.new_empty(0, dtype=torch.bool)]
+                saved += [qs.new_empty(0)] * 4
                 continue
             W, D, AY = (POOL.take(shape, q) for _ in range(3))
-            keep = POOL.take(shape, q, torch.bool) if p > 0 else None
-            bias_b, pos_b = bias[..., l0:l1, :s1], pos_theta2[:, l0:l1, :s1]
+            keep = POOL.take(shape, q) if p > 0 else None  # 0 or 1 / (1 - p')
+            bias_b, neg_pos_b = bias[..., l0:l1, :s1], -pos_theta2[:, l0:l1, :s1]
             rows, chunks = _chunks(B, H * (l1 - l0) * s1)
             work = [POOL.take((rows, *shape[1:]), q) for _ in range(3)]
             for b0, b1 in chunks:
                 n = b1 - b0
                 a, w, m = (x[:n] for x in work)
-                torch.matmul(qs[b0:b1, :, l0:l1], k[b0:b1, :, :s1].transpose(-2, -1), out=a)
+                torch.bmm(_bh(qs[b0:b1, :, l0:l1]), _bh(k[b0:b1, :, :s1]).mT, out=_bh(a))
                 a.add_(_rows(bias_b, b0, b1))  # masked keys: a large finite negative
                 torch.softmax(a, -1, out=w)  # undecayed masked softmax
                 if full_u is not None:
@@ -292,8 +316,8 @@ class _MonotonicCore(torch.autograd.Function):
                 # total (their last entry), so the remainder is >= 0 without a clamp
                 torch.cumsum(w, -1, out=w)
                 total = w[..., -1:].clone()  # row mass
-                torch.sub(total, w, out=w)  # mass after key j
-                w.mul_(pos_b).sqrt_().neg_()  # -y = -theta * dist (dist has no gradient)
+                # (running sum - total) * -(theta |t - tau|)^2 = (mass after key j) * ...
+                w.sub_(total).mul_(neg_pos_b).sqrt_().neg_()  # -y = -theta * dist, no gradient
                 torch.threshold(w, neg_y_max, 0.0, out=m)  # 0 where the clamp will be active
                 w.exp_()
                 d = D[b0:b1]
@@ -303,19 +327,18 @@ class _MonotonicCore(torch.autograd.Function):
                 wts = W[b0:b1]
                 torch.softmax(a, -1, out=wts)
                 if keep is not None:
-                    scale = draw_keep(keep[b0:b1], p)
-                    torch.mul(wts, keep[b0:b1].view(torch.uint8), out=w).mul_(scale)  # P
+                    draw_keep(keep[b0:b1], p)
+                    torch.mul(wts, keep[b0:b1], out=w)  # P
                     wts = w
                 out[b0:b1, :, l0:l1] = wts @ v[b0:b1, :, :s1]
             POOL.give(*work)
             if full_w is not None:
                 full_w[:, :, l0:l1, :s1] = W
-            saved += [W, D, AY, keep if keep is not None else W.new_empty(0, dtype=torch.bool)]
+            saved += [W, D, AY, keep if keep is not None else W.new_empty(0)]
         out.mul_(has_key)
         if keep_grad:
             ctx.save_for_backward(qs, k, v, theta, has_key, *saved)
             ctx.blocks, ctx.p = blocks, p
-            ctx.scale = DROP_LEVELS / (DROP_LEVELS - round(p * DROP_LEVELS))
         else:
             POOL.give(*saved)
         if full_w is None:
@@ -347,10 +370,10 @@ class _MonotonicCore(torch.autograd.Function):
                 n = b1 - b0
                 g, w, pw = (x[:n] for x in work)
                 go, kc, vc = g_out[b0:b1, :, l0:l1], k[b0:b1, :, :s1], v[b0:b1, :, :s1]
-                torch.matmul(go, vc.transpose(-2, -1), out=g)  # d loss / d P
+                torch.bmm(_bh(go), _bh(vc).mT, out=_bh(g))  # d loss / d P
                 wts = W[b0:b1]
                 if p > 0:
-                    torch.mul(wts, keep[b0:b1].view(torch.uint8), out=pw).mul_(ctx.scale)  # P
+                    torch.mul(wts, keep[b0:b1], out=pw)  # P again
                 else:
                     pw = wts
                 gv[b0:b1, :, :s1] += pw.transpose(-2, -1) @ go
@@ -475,7 +498,7 @@ class MonotonicLayer(nn.Module):
         self.drop1 = Dropout(dropout)
         self.ln1 = nn.LayerNorm(d)
         self.ffn = (
-            nn.Sequential(nn.Linear(d, d_ff), ReLUDropout(dropout), nn.Linear(d_ff, d))
+            FlatSequential(nn.Linear(d, d_ff), ReLUDropout(dropout), nn.Linear(d_ff, d))
             if ffn
             else None
         )
