@@ -14,8 +14,15 @@ For query i and key j, with raw scores s_ij = q_i.k_j / sqrt(Dh) and a_ij their 
 related (highly attended) steps counts as far away, one followed by unrelated steps stays close.
 AKT takes the square root of the product; we keep it so learned decay rates compare with AKT's.
 
-Public API (also used by SimAKT): `monotonic_attention` (the function on projected heads),
-`MonotonicMultiHeadAttention`, `MonotonicLayer` (AKT's transformer layer) and `decay_factor`.
+Public API (also used by SimAKT/DTransformer):
+- `monotonic_attention(q, k, v, gamma, mask, dropout, need_weights)` on projected heads, a fused
+  CPU-friendly implementation (query blocks, batch chunks, `BufferPool` scratch memory; forward
+  and gradients equal the plain formula, see tests/test_akt_idkt.py);
+- `MonotonicMultiHeadAttention` (kq_same: one projection for queries and keys) and
+  `MonotonicLayer` (AKT's transformer layer);
+- building blocks for custom variants: `context_distance`, `decay_factor`, `decay_rate`;
+- `Dropout` / `ReLUDropout` (+ `FlatSequential`): dropout with a fast 16-bit Bernoulli (`draw_keep`:
+  the rate is rounded to a multiple of 1/65536), several times cheaper than `nn.Dropout` on CPU.
 """
 
 from __future__ import annotations
