@@ -1,6 +1,6 @@
 """AKT training-step speed: B=64, L=200, paper preset (d=256, 8 heads, 1 encoder block), CPU.
 
-    python benchmarks/bench_akt.py [--repeats 7] [--threads 2] [--num-pid 0] [--out FILE.json]
+    python benchmarks/bench_akt.py [--repeats 7] [--threads 2] [--num-pid 0] [--bf16] [--out F.json]
 
 One step = forward, loss (BCE + Rasch L2), backward, AdamW update, as in `train.fit`. Prints one
 JSON object: median and all step times, CPU seconds per step, the 1-minute load average, the
@@ -23,12 +23,12 @@ import torch
 B, L, NUM_C = 64, 200, 100
 
 
-def bench(repeats: int, num_pid: int, model_name: str = "akt") -> dict:
+def bench(repeats: int, num_pid: int, model_name: str = "akt", bf16: bool = False) -> dict:
     from kt_lib.audit import random_batch
     from kt_lib.models import build_model
 
     torch.manual_seed(0)
-    model = build_model(model_name, preset="paper", num_c=NUM_C, num_pid=num_pid)
+    model = build_model(model_name, preset="paper", num_c=NUM_C, num_pid=num_pid, bf16=bf16)
     batch = random_batch(NUM_C, B=B, L=L, num_pid=num_pid, seed=0, ragged=False)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model.train()
@@ -49,7 +49,7 @@ def bench(repeats: int, num_pid: int, model_name: str = "akt") -> dict:
     return {
         "model": model_name,
         "setting": f"B={B} L={L} d={model.config.d} heads={model.config.n_heads} "
-        f"blocks={model.config.n_blocks} num_pid={num_pid}",
+        f"blocks={model.config.n_blocks} num_pid={num_pid} bf16={bf16}",
         "params": sum(p.numel() for p in model.parameters()),
         "train_step_s_median": round(statistics.median(times), 4),
         "train_step_s_min": round(min(times), 4),
@@ -71,11 +71,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument("--num-pid", type=int, default=0, help="problem ids (Rasch embeddings)")
     p.add_argument("--model", default="akt")
+    p.add_argument("--bf16", action="store_true", help="mixed precision (AKTConfig.bf16)")
     p.add_argument("--out", default=None, help="also write the JSON here")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    result = bench(a.repeats, a.num_pid, a.model)
+    result = bench(a.repeats, a.num_pid, a.model, a.bf16)
     text = json.dumps(result)
     print(text)
     if a.out:

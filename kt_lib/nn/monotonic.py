@@ -40,15 +40,14 @@ DROP_LEVELS = 1 << 16  # dropout draws 16 random bits per element: p is rounded 
 
 
 def draw_keep(out: torch.Tensor, p: float) -> float:
-    """Fill `out` with dropout keep multipliers, 0 or 1 / (1 - p'); returns 1 / (1 - p').
+    """Fill `out` with dropout keep decisions (1 keep, 0 drop); returns the scale 1 / (1 - p').
 
     A fast Bernoulli: 16 random bits per element (one int64 draw gives four), compared with
     round(p * 65536); p' = that / 65536 is the rate actually used (0.05 -> 0.0500030...).
     Several times cheaper on CPU than `bernoulli_`, and seeded by the same generator. `out` is
-    float (a multiplier, same dtype as the activations: no mixed-dtype products) or bool.
+    bool, or float in the activations' dtype (no mixed-dtype products downstream).
     """
     t = round(p * DROP_LEVELS)
-    scale = DROP_LEVELS / (DROP_LEVELS - t)
     n = out.numel()
     bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=out.device)
     bits.random_(-(2**63), 2**63 - 1)
@@ -56,22 +55,22 @@ def draw_keep(out: torch.Tensor, p: float) -> float:
     if out.dtype == torch.bool:
         torch.ge(r, t - DROP_LEVELS // 2, out=out)
     else:  # in place on floats: a comparison into a float `out` would go through a bool copy
-        out.copy_(r).ge_(t - DROP_LEVELS // 2).mul_(scale)
-    return scale
+        out.copy_(r).ge_(t - DROP_LEVELS // 2)
+    return DROP_LEVELS / (DROP_LEVELS - t)
 
 
 class _Dropout(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, p: float):
         keep = torch.empty_like(x, memory_format=torch.contiguous_format)
-        draw_keep(keep, p)
+        ctx.scale = draw_keep(keep, p)
         ctx.save_for_backward(keep)
-        return x * keep
+        return (x * keep).mul_(ctx.scale)
 
     @staticmethod
     def backward(ctx, g):
         (keep,) = ctx.saved_tensors
-        return g * keep, None
+        return (g * keep).mul_(ctx.scale), None
 
 
 class _ReLUDropout(torch.autograd.Function):
@@ -84,7 +83,7 @@ class _ReLUDropout(torch.autograd.Function):
         if p > 0:
             keep = torch.empty_like(x)
             ctx.scale = draw_keep(keep, p)
-            x.mul_(keep)
+            x.mul_(keep).mul_(ctx.scale)
         ctx.mark_dirty(x)
         ctx.save_for_backward(x)
         return x
@@ -276,7 +275,7 @@ class _MonotonicCore(torch.autograd.Function):
     - query blocks: each block of query rows only computes the keys some of its queries see;
     - batch chunks: inside a block, a few batch rows at a time go through the whole chain -
       score matmul, elementwise ops in place (`out=`), value matmul - while in cache;
-    - per block, backward keeps the weights W, the dropout's keep multipliers, the decay
+    - per block, backward keeps the weights W, the dropout's keep mask (0/1), the decay
       and s3 * (-y) (decayed scores times -theta * dist, zero where the decay clamp is active:
       it carries the gradient of theta), taken from `POOL`; backward recomputes the rest per
       chunk. With dropout, dW = dP * keep / (1 - p) and W * keep / (1 - p) = P, so
@@ -307,7 +306,7 @@ class _MonotonicCore(torch.autograd.Function):
                 saved += [qs.new_empty(0)] * 4
                 continue
             W, D, AY = (POOL.take(shape, q) for _ in range(3))
-            keep = POOL.take(shape, q) if p > 0 else None  # 0 or 1 / (1 - p')
+            keep = POOL.take(shape, q) if p > 0 else None  # 1 keep, 0 drop
             bias_b, neg_pos_b = bias[..., l0:l1, :s1], -pos_theta2[:, l0:l1, :s1]
             rows, chunks = _chunks(B, H * (l1 - l0) * s1)
             work = [POOL.take((rows, *shape[1:]), q) for _ in range(3)]
@@ -334,8 +333,8 @@ class _MonotonicCore(torch.autograd.Function):
                 wts = W[b0:b1]
                 torch.softmax(a, -1, out=wts)
                 if keep is not None:
-                    draw_keep(keep[b0:b1], p)
-                    torch.mul(wts, keep[b0:b1], out=w)  # P
+                    scale = draw_keep(keep[b0:b1], p)
+                    torch.mul(wts, keep[b0:b1], out=w).mul_(scale)  # P
                     wts = w
                 out[b0:b1, :, l0:l1] = wts @ v[b0:b1, :, :s1]
             POOL.give(*work)
@@ -346,6 +345,7 @@ class _MonotonicCore(torch.autograd.Function):
         if keep_grad:
             ctx.save_for_backward(qs, k, v, theta, has_key, *saved)
             ctx.blocks, ctx.p = blocks, p
+            ctx.scale = DROP_LEVELS / (DROP_LEVELS - round(p * DROP_LEVELS))
         else:
             POOL.give(*saved)
         if full_w is None:
@@ -380,7 +380,7 @@ class _MonotonicCore(torch.autograd.Function):
                 torch.bmm(_bh(go), _bh(vc).mT, out=_bh(g))  # d loss / d P
                 wts = W[b0:b1]
                 if p > 0:
-                    torch.mul(wts, keep[b0:b1], out=pw)  # P again
+                    torch.mul(wts, keep[b0:b1], out=pw).mul_(ctx.scale)  # P again
                 else:
                     pw = wts
                 gv[b0:b1, :, :s1] += pw.transpose(-2, -1) @ go
@@ -413,6 +413,8 @@ def monotonic_attention(
     `mask` is boolean, broadcastable to [B, H, L, S]; rows with no visible key output zeros.
     Returns the output [B, H, L, Dh] and, if asked, the decayed and undecayed weights.
     """
+    if q.dtype in (torch.float16, torch.bfloat16):  # e.g. under autocast: the distance,
+        q, k, v = q.float(), k.float(), v.float()  # decay and softmax chain stays in float32
     L, S = q.shape[2], k.shape[2]
     mask = mask.to(torch.bool)
     while mask.dim() < 4:
