@@ -4,7 +4,8 @@
 Both models share one trunk:
     question stream   e_t = E_q(q_t) + P(t)              (known at t before the response)
     encoder           read_t from q at steps <= t and r at steps < t only
-    summary state     s_t = tanh(W [read_t; e_t])        [B, L, S]
+    memory            m_t = LSTM state after the interactions x_s = e_s + R(r_s), s < t
+    summary state     s_t = tanh(W [read_t; m_t; e_t])   [B, L, S]
     ability           theta_t = w . s_t                   [B, L]
     GPCM layer        per-concept alpha > 0 and K-1 ordered thresholds -> logits [B, L, K]
 - AttentionGPCM ("attention_gpcm"): interactions x_s = e_s + R(r_s) (R an ordinal response
@@ -14,6 +15,8 @@ Both models share one trunk:
 - ModularAttentionGPCM ("modular_attention_gpcm"): the encoder is `n_layers` stacked
   AttentionPipelines of registered ordinal mechanisms (kt_lib.heads.ordinal) fused by concat,
   weighted or mean; a pipeline's output at t reads r < t only, so stacking stays causal.
+The recurrent memory stands in for the published model's DKVMN memory, which sits between its
+attention refinement and its summary network (`memory=False` drops it: attention only).
 With K = 2 the GPCM layer is a 2PL model, so both also run on binary data.
 `create_attention_gpcm` is seed 002's factory; `load_seed_config` reads its YAML format.
 """
@@ -26,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..config import from_dict, read_mapping, require
@@ -58,6 +62,7 @@ class GPCMConfig(BaseConfig):
     n_layers: int = 1  # causal refinement layers (modular: stacked pipelines)
     d_ff: int | None = None  # FFN inner dim of the refinement layers; None -> 4 * d
     d_summary: int = 50  # width of the summary state theta is read from
+    memory: bool = True  # recurrent memory of past interactions in the summary (published: DKVMN)
     dropout: float = 0.1  # dropout on embeddings, attention and the summary
     max_len: int = 200  # longest window (learned positions)
     loss: str = "ce"  # prediction loss: "ce", "emd", "qwk" or a sum such as "ce+emd"
@@ -182,8 +187,10 @@ class AttentionGPCM(KTModel):
         self.pos_embedding = nn.Embedding(c.max_len, c.d)
         self.drop = nn.Dropout(c.dropout)
         self.encoder = self.build_encoder()
+        self.memory = nn.LSTM(c.d, c.d, batch_first=True) if c.memory else None
+        self.memory_response = OrdinalEmbedding(c.K, c.d) if c.memory else None
         self.summary = nn.Sequential(
-            nn.Linear(2 * c.d, c.d_summary), nn.Tanh(), nn.Dropout(c.dropout)
+            nn.Linear((3 if c.memory else 2) * c.d, c.d_summary), nn.Tanh(), nn.Dropout(c.dropout)
         )
         self.ability = nn.Linear(c.d_summary, 1)
         self.gpcm = GPCMHead(c.num_c, c.K)
@@ -199,7 +206,11 @@ class AttentionGPCM(KTModel):
         pos = torch.arange(L, device=batch.q.device)
         e = self.drop(self.q_embedding(batch.q) + self.pos_embedding(pos))  # [B, L, D]
         read, maps = self.encoder(e, batch.r, batch.mask, return_attention)
-        theta = self.ability(self.summary(torch.cat([read, e], dim=-1))).squeeze(-1)  # [B, L]
+        parts = [read, e]
+        if self.memory is not None:
+            h, _ = self.memory(e + self.memory_response(batch.r))  # h_s has read r_s
+            parts.append(F.pad(h[:, :-1], (0, 0, 1, 0)))  # shift: step t sees states of s < t
+        theta = self.ability(self.summary(torch.cat(parts, dim=-1))).squeeze(-1)  # [B, L]
         g = self.gpcm(theta, batch.q)
         extras = {"theta": theta, "alpha": g.alpha, "thresholds": g.thresholds}
         return ModelOutput(
