@@ -55,7 +55,15 @@ def notebook_params(profile: dict, path: Path) -> dict:
     """Parameters for one notebook: common + per-notebook, filtered to what it declares."""
     import papermill as pm
 
+    import re
+
+    import nbformat
+
+    # papermill's inspector skips annotations it cannot parse (e.g. `str | None`): read names directly
     declared = {p["name"] for p in pm.inspect_notebook(str(path)).values()}
+    for cell in nbformat.read(str(path), as_version=4).cells:
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            declared |= set(re.findall(r"^([A-Za-z_]\w*)\s*[:=]", cell.source, re.M))
     merged = {**(profile.get("common") or {}), **(profile.get(path.stem) or {})}
     return {k: v for k, v in merged.items() if k in declared}
 
