@@ -44,12 +44,14 @@ class TrainConfig:
     progress: bool = True  # tqdm progress bars
     verbose: bool = False  # print one line per epoch (batch runs, logs)
     metric: str | None = None  # early-stopping metric; None: "auc" (binary) or "qwk" (ordinal)
+    bucket: int = 50  # length-bucketed batches, pools of this many (0: plain shuffling); BatchLoader
 
     def validate(self) -> None:
         require(self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}")
         require(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
         require(self.lr > 0, f"lr must be > 0, got {self.lr}")
         require(self.patience >= 1, f"patience must be >= 1, got {self.patience}")
+        require(self.bucket >= 0, f"bucket must be >= 0, got {self.bucket}")
         require(not self.resume or self.checkpoint, "resume=True needs a checkpoint prefix")
 
 
@@ -121,7 +123,9 @@ def fit(
     metric = cfg.metric or ("qwk" if model.ordinal else "auc")
     model.to(cfg.device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    loader = BatchLoader(train, cfg.batch_size, cfg.max_len, shuffle=True, seed=cfg.seed)
+    loader = BatchLoader(
+        train, cfg.batch_size, cfg.max_len, shuffle=True, seed=cfg.seed, bucket=cfg.bucket
+    )
     rows: list[dict] = []
     best = {"metric": -np.inf, "epoch": -1, "state": None}
     start_epoch, waited = 0, 0

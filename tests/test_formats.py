@@ -250,6 +250,41 @@ def test_loader_is_deterministic_and_covers_all():
     assert sum(int(b.mask.sum()) for b in loader) == d.num_interactions
 
 
+def test_bucketed_loader_covers_all_and_pads_less():
+    from tests.conftest import make_tiny_dataset
+
+    d = make_tiny_dataset(n=200, L=60, seed=1)  # ragged: 30..60 steps, some windows of 1..19
+
+    def batches(bucket, epoch=0):
+        loader = BatchLoader(d, batch_size=8, max_len=20, shuffle=True, seed=3, bucket=bucket)
+        loader.set_epoch(epoch)
+        return loader, [b for b in loader]
+
+    loader, plain = batches(0)
+    _, pooled = batches(4)
+    keys = lambda bs: sorted((u, s) for b in bs for u, s in zip(b.uid.tolist(), b.start.tolist()))
+    assert keys(pooled) == keys(plain) and len(keys(plain)) == len(loader.windows)
+    assert sum(int(b.mask.sum()) for b in pooled) == d.num_interactions
+    padded = lambda bs: sum(b.q.numel() for b in bs)
+    assert padded(pooled) < padded(plain)
+    budget = 8 * loader.lengths.mean()  # each bucketed batch: about a plain batch's interactions
+    sizes = np.array([int(b.mask.sum()) for b in pooled])
+    assert sizes.max() <= budget + 20 and np.median(sizes) >= budget - 20
+    pools = -(-len(loader.windows) // 32)  # at most one short batch more per pool of 4 x 8
+    assert len(plain) - pools <= len(pooled) <= len(plain) + pools
+    assert len(pooled) == len(batches(4)[0])
+    assert max(len(b.uid) for b in pooled) > 8  # short windows come in bigger batches
+    same = lambda a, b: [x.uid.tolist() for x in a] == [x.uid.tolist() for x in b]
+    assert same(batches(4)[1], pooled) and not same(batches(4, epoch=1)[1], pooled)
+    equal = KTDataset(  # every window 10 long
+        [StudentSeq(i, np.arange(20) % 7, np.arange(20) % 2) for i in range(50)], num_c=7
+    )
+    runs = [BatchLoader(equal, 4, 10, shuffle=True, seed=5, bucket=b) for b in (0, 3)]
+    assert same(*[list(r) for r in runs])
+    with pytest.raises(ValueError, match="bucket"):
+        BatchLoader(d, 4, 10, bucket=-1)
+
+
 # --- splits -----------------------------------------------------------------------------------
 
 

@@ -135,9 +135,7 @@ def test_block4_strict_mask_is_what_keeps_it_causal(monkeypatch):
     model = build_model("dtransformer", num_c=NUM_C, num_pid=NUM_PID, **SIZES).eval()
     batch = random_batch(NUM_C, B=4, L=L, num_pid=NUM_PID, seed=1)
     assert audit_causality(model, batch)
-    block4 = model.block4
-    original = block4.mask
-    monkeypatch.setattr(block4, "mask", lambda valid, peek_cur: original(valid, True))
+    monkeypatch.setattr(model.block4, "strict_slots", False)
     assert not audit_causality(model, batch)
 
 
@@ -661,3 +659,48 @@ def test_cluster_agreement_scores():
     scores = cluster_agreement([0, 0, 1, 1, 2, 2], [0, 0, 0, 1, 1, 1])
     assert scores["purity"] == pytest.approx(5 / 6) and scores["clusters"] == 3
     assert cluster_agreement([1, 1, 0, 0], [0, 0, 1, 1])["adjusted_rand"] == pytest.approx(1.0)
+
+
+# --- Block 4's fused slot attention -----------------------------------------------------------
+
+
+def _slot_attend_by_autograd(scores, v, gamma, mask):
+    """DTransformer's Block 4 attention written plainly with autograd (the fused one's reference)."""
+    from kt_lib.nn.monotonic import decay_factor
+
+    neg = torch.finfo(scores.dtype).min
+    with torch.no_grad():
+        w0 = torch.softmax(scores.masked_fill(~mask, neg), dim=-1)
+        after = w0.sum(-1, keepdim=True) - w0.cumsum(-1)
+        L, S = scores.shape[-2:]
+        gap = (torch.arange(L)[:, None] - torch.arange(S)[None]).abs().to(scores.dtype)
+        dist = (after * gap).clamp(min=0.0).sqrt()
+    s = (scores * decay_factor(dist, gamma)).masked_fill(~mask, neg)
+    w = torch.softmax(s, dim=-1) * mask.any(-1, keepdim=True)
+    w = w / w.amax(-1, keepdim=True).clamp(min=0.2)
+    return w @ v, w
+
+
+@pytest.mark.parametrize("hide", [0.0, 0.3])
+def test_fused_slot_attention_matches_autograd_reference(hide):
+    from kt_lib.models.dtransformer import sample_key_drop, slot_attend
+    from kt_lib.nn import causal_mask
+
+    torch.manual_seed(0)
+    B, K, H, S, Dh = 3, 4, 2, 11, 5
+    r = (3 * torch.randn(B, K, H, 1, S, dtype=torch.float64)).requires_grad_()
+    v = torch.randn(B, 1, H, S, Dh, dtype=torch.float64, requires_grad=True)
+    gamma = torch.tensor([-1.0, 2.0], dtype=torch.float64, requires_grad=True)
+    keep = ~sample_key_drop(torch.ones(B, S, dtype=torch.bool), hide) if hide else torch.ones(1, S)
+    keep = keep.bool()
+    mask = causal_mask(S, r.device, strict=True) & keep.view(keep.shape[0], 1, 1, 1, S)
+    out, w = slot_attend(r, v, gamma, keep, need_weights=True)
+    ref_out, ref_w = _slot_attend_by_autograd(r.expand(B, K, H, S, S), v, gamma, mask)
+    # 1e-7: both compute sqrt(mass after j) where that mass is 0 up to rounding (sqrt(1e-16))
+    assert torch.allclose(out, ref_out, atol=1e-7) and torch.allclose(w, ref_w, atol=1e-7)
+    assert (out[:, :, :, 0] == 0).all() and (w.sum(-1) > 0).sum() > 0
+    g = torch.randn_like(out)
+    fused = torch.autograd.grad((out * g).sum(), (r, v, gamma))
+    plain = torch.autograd.grad((ref_out * g).sum(), (r, v, gamma))
+    for a, b in zip(fused, plain, strict=True):
+        assert torch.allclose(a, b, atol=1e-6), (a - b).abs().max()

@@ -188,7 +188,18 @@ def collate(dataset: KTDataset, windows: list[Window], pad_to: int | None = None
 
 
 class BatchLoader:
-    """Iterates `Batch`es over the windows of a dataset; seeded shuffling, deterministic order."""
+    """Iterates `Batch`es over the windows of a dataset; seeded shuffling, deterministic order.
+
+    `bucket` (with `shuffle`) batches windows of similar length together: the shuffled windows
+    are cut into pools of `bucket * batch_size`, each pool is sorted by length (stable) and cut
+    into batches of about `batch_size * mean window length` interactions (so a batch of short
+    windows holds more of them), and the batches of a pool are shuffled. Every step then sees
+    about as many interactions as a plainly shuffled batch does on average, so each interaction
+    keeps its weight in the loss, while the padding that a batch's longest window forces on the
+    others mostly disappears: on ASSIST2009 (median window 28 of 200 steps) a training epoch
+    does about a third of the padded work. With equal-length windows the batches are exactly
+    those of plain shuffling.
+    """
 
     def __init__(
         self,
@@ -197,25 +208,55 @@ class BatchLoader:
         max_len: int = 200,
         shuffle: bool = False,
         seed: int = 0,
+        bucket: int = 0,
     ):
+        if bucket < 0:
+            raise ValueError(f"bucket must be >= 0 (batches per length pool), got {bucket}")
         self.dataset = dataset
         self.batch_size = batch_size
         self.max_len = max_len
         self.shuffle = shuffle
         self.seed = seed
+        self.bucket = bucket
         self.epoch = 0
         self.windows = chunk(dataset, max_len)
+        self.lengths = np.array([w.stop - w.start for w in self.windows], dtype=np.int64)
 
     def __len__(self) -> int:
+        if self.shuffle and self.bucket:
+            return len(self.batches())
         return (len(self.windows) + self.batch_size - 1) // self.batch_size
 
     def set_epoch(self, epoch: int) -> None:
         """Shuffle order depends on (seed, epoch) only, so resumed runs see the same batches."""
         self.epoch = epoch
 
-    def __iter__(self) -> Iterator[Batch]:
+    def batches(self) -> list[np.ndarray]:
+        """Window indices of each batch of this epoch."""
         order = np.arange(len(self.windows))
+        rng = np.random.default_rng([self.seed, self.epoch])
         if self.shuffle:
-            np.random.default_rng([self.seed, self.epoch]).shuffle(order)
-        for i in range(0, len(order), self.batch_size):
-            yield collate(self.dataset, [self.windows[j] for j in order[i : i + self.batch_size]])
+            rng.shuffle(order)
+        bs = self.batch_size
+        if not (self.shuffle and self.bucket):
+            return [order[i : i + bs] for i in range(0, len(order), bs)]
+        out: list[np.ndarray] = []
+        pool = bs * self.bucket
+        budget = bs * float(self.lengths.mean())  # interactions in an average plain batch
+        for p in range(0, len(order), pool):
+            idx = order[p : p + pool]
+            lens = self.lengths[idx]
+            if lens.min() == lens.max():  # nothing to gain: keep plain shuffled batches
+                out.extend(idx[i : i + bs] for i in range(0, len(idx), bs))
+                continue
+            by_len = np.argsort(lens, kind="stable")
+            idx, lens = idx[by_len], lens[by_len]
+            slot = (np.cumsum(lens) - 1) // budget  # batch of each window: where its tokens end
+            cuts = np.flatnonzero(np.diff(slot)) + 1
+            group = np.split(idx, cuts)
+            out.extend(group[j] for j in rng.permutation(len(group)))
+        return out
+
+    def __iter__(self) -> Iterator[Batch]:
+        for idx in self.batches():
+            yield collate(self.dataset, [self.windows[j] for j in idx])

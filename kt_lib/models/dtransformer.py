@@ -32,7 +32,7 @@ from ..config import require
 from ..data.dataset import Batch
 from ..nn import causal_mask
 from ..nn.embeddings import RaschEmbedding
-from ..nn.monotonic import decay_factor, monotonic_attention
+from ..nn.monotonic import DECAY_MAX, DECAY_MIN, monotonic_attention
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 MIN_SEQ_LEN = 5  # DTransformer: shorter rows are left alone by key hiding and augmentation
@@ -75,39 +75,102 @@ class DTransformerConfig(BaseConfig):
         return cls(**{"d": 256, "n_heads": 8, "n_know": 16, "d_fc": 256, **kw})
 
 
+def slot_distance(r: torch.Tensor, keep: torch.Tensor, strict: bool = True) -> torch.Tensor:
+    """AKT's context distance for Block 4's slot queries, from prefix sums, without gradient.
+
+    r [B, K, H, 1, S]: a slot's scores against every key, the same for every query step t;
+    keep [B|1, S]: keys not hidden. Query t sees keys j < t with keep_j, so the masked softmax is
+    w0[t, j] = e_j / C_t with e_j = exp(r_j) keep_j and C_t = sum_{j<t} e_j, and the attention
+    mass after key j is (C_t - P_j) / C_t with P_j = sum_{j'<=j} e_j'. This gives
+    dist[t, j] = sqrt(|t - j| * mass after j) in a few passes over [.., L, S] instead of a
+    softmax and a cumulative sum per query row. Returns dist [B, K, H, L, S] (L = S).
+    `strict=False` lets query t see key t too (C_t then includes e_t; only tests use it).
+    """
+    with torch.no_grad():
+        S = r.shape[-1]
+        keep = keep.view(keep.shape[0], 1, 1, 1, S)
+        top = r.masked_fill(~keep, torch.finfo(r.dtype).min).amax(-1, keepdim=True)
+        e = torch.where(keep, torch.exp(r - top), 0.0)  # [B, K, H, 1, S]
+        P = e.cumsum(-1)
+        C = F.pad(P[..., :-1], (1, 0)) if strict else P  # mass seen by query t (exclusive sum:
+        C = C.transpose(-1, -2)  # P_t - e_t would cancel badly when e_t dominates) [B, K, H, S, 1]
+        pos = torch.arange(S, device=r.device)
+        gap = (pos.unsqueeze(1) - pos.unsqueeze(0)).abs().to(r.dtype)  # |t - j|
+        after = (C - P).div_(C.clamp(min=torch.finfo(r.dtype).tiny))
+        return after.mul_(gap).clamp_(min=0.0).sqrt_()
+
+
+class _SlotAttention(torch.autograd.Function):
+    """softmax_j(r_j * decay(dist_tj)) over visible keys, max-out rescaled, times v.
+
+    Fused by hand because autograd keeps about ten [B, K, H, L, S] tensors for this chain (the
+    slot dimension makes them large: 64 x 16 x 8 x 200 x 200 floats = 1.3 GB each); this
+    keeps two (dist and the weights) and recomputes the decay in the backward pass.
+    """
+
+    @staticmethod
+    def forward(ctx, r, v, gamma, dist, mask):
+        theta = F.softplus(gamma).view(-1, 1, 1)
+        decay = torch.exp(dist * -theta).clamp_(DECAY_MIN, DECAY_MAX)
+        s = decay.mul_(r).masked_fill_(~mask, torch.finfo(r.dtype).min)
+        w = torch.softmax(s, dim=-1)
+        del s, decay
+        has_key = mask.any(-1, keepdim=True)
+        w.mul_(has_key)
+        c = w.amax(-1, keepdim=True).clamp_(min=0.2)  # max-out: largest weight -> 1 (at most x5)
+        w.div_(c)
+        ctx.save_for_backward(r, v, gamma, dist, w, c)
+        ctx.mark_non_differentiable(w)
+        return w @ v, w
+
+    @staticmethod
+    def backward(ctx, g, _gw):
+        r, v, gamma, dist, w, c = ctx.saved_tensors
+        grad_w = g @ v.transpose(-2, -1)  # [B, K, H, L, S]
+        grad_v = (w.transpose(-2, -1) @ g).sum(1, keepdim=True) if ctx.needs_input_grad[1] else None
+        # w = p / c with c = max(max_j p, 0.2): d/dp = 1/c, minus the path through c at the argmax
+        dot = (grad_w * w).sum(-1, keepdim=True)
+        grad_p = grad_w.div_(c)
+        through_c = torch.where(c > 0.2, -dot / c, 0.0)
+        grad_p.scatter_add_(-1, w.argmax(-1, keepdim=True), through_c)
+        p = w * c
+        grad_s = grad_p.sub_((grad_p * p).sum(-1, keepdim=True)).mul_(p)  # softmax backward
+        del grad_p, p
+        theta = F.softplus(gamma).view(-1, 1, 1)
+        decay = torch.exp(dist * -theta)
+        live = (decay >= DECAY_MIN) & (decay <= DECAY_MAX)  # the clamp passes gradient here
+        decay.clamp_(DECAY_MIN, DECAY_MAX)
+        grad_r = (grad_s * decay).sum(-2, keepdim=True)
+        grad_gamma = None
+        if ctx.needs_input_grad[2]:  # d decay / d gamma = -sigmoid(gamma) * dist * decay
+            t = grad_s.mul_(r).mul_(decay).mul_(dist).mul_(live)
+            dims = [d for d in range(t.dim()) if d != t.dim() - 3]
+            grad_gamma = -t.sum(dims) * torch.sigmoid(gamma)
+        return grad_r, grad_v, grad_gamma, None, None
+
+
 def slot_attend(
-    scores: torch.Tensor,
+    r: torch.Tensor,
     v: torch.Tensor,
     gamma: torch.Tensor,
-    mask: torch.Tensor,
+    keep: torch.Tensor,
     need_weights: bool,
+    strict: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Block 4's attention on raw scores [..., H, L, S] and values [..., H, S, Dh].
+    """Block 4's attention: slot scores r [B, K, H, 1, S], values [B, 1, H, S, Dh] -> [B, K, H, L, Dh].
 
-    AKT's context distance and decay (as in kt_lib.nn.monotonic, written out here because the
-    slot queries add a dimension the fused kernel does not take), then DTransformer's max-out:
-    each row is rescaled so its largest weight is 1 (at most x5), with gradient through the
-    rescaling. Rows without a visible key output zeros.
+    Query step t sees keys j < t that are kept (keep [B|1, S]). AKT's context distance and decay
+    (as in kt_lib.nn.monotonic), then DTransformer's max-out: each row is rescaled so its
+    largest weight is 1 (at most x5), with gradient through the rescaling. Rows without a
+    visible key (t = 0) output zeros. Weights [B, K, H, L, S] on request. `strict=False` (j <= t)
+    exists only so tests can show that the causality audit catches it.
     """
-    has_key = mask.any(-1, keepdim=True).to(scores.dtype)
-    neg = torch.finfo(scores.dtype).min
-    with torch.no_grad():  # dist_ij = sqrt(|i - j| * attention mass after key j), no gradient
-        w0 = torch.softmax(scores.masked_fill(~mask, neg), dim=-1)
-        after = w0.sum(-1, keepdim=True) - w0.cumsum(-1)
-        L, S = scores.shape[-2:]
-        pos = (
-            (
-                torch.arange(L, device=scores.device).unsqueeze(1)
-                - torch.arange(S, device=scores.device).unsqueeze(0)
-            )
-            .abs()
-            .to(scores.dtype)
-        )
-        dist = (after * pos).clamp(min=0.0).sqrt()
-    s = (scores * decay_factor(dist, gamma)).masked_fill(~mask, neg)
-    w = torch.softmax(s, dim=-1) * has_key
-    w = w / w.amax(-1, keepdim=True).clamp(min=0.2)  # clamp(1 / max, 5) without inf gradients
-    return w @ v, (w.detach() if need_weights else None)
+    S = r.shape[-1]
+    dist = slot_distance(r, keep, strict)
+    past = causal_mask(S, r.device, strict=strict)  # [L, S]: j < t
+    mask = past & keep.view(keep.shape[0], 1, 1, 1, S)
+    out, w = _SlotAttention.apply(r, v, gamma, dist, mask)
+    return out, (w if need_weights else None)
 
 
 @dataclass
@@ -169,21 +232,20 @@ class DTAttention(nn.Module):
         slots: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
-        mask: torch.Tensor,
+        keep: torch.Tensor,
         need_weights: bool = False,
+        strict: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Slot queries [K, D] (the same at every step) -> [B, K, L, D], weights [B, K, H, L, S].
 
         One query per slot instead of DTransformer's copy per (slot, step): the scores are
-        computed once and broadcast over the L query steps before masking.
+        computed once per key and shared by every query step (strict past, `keep`: unhidden keys).
         """
         q = self.split(self.q_proj(slots).unsqueeze(-2)).unsqueeze(0)  # [1, K, H, 1, Dh]
         k = self.keys(key).unsqueeze(1)  # [B, 1, H, S, Dh]
         v = self.split(self.v_proj(value)).unsqueeze(1)  # [B, 1, H, S, Dh]
         scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # [B, K, H, 1, S]
-        L = mask.shape[-2]
-        scores = scores.expand(*scores.shape[:-2], L, scores.shape[-1])
-        out, w = slot_attend(scores, v, self.gamma, mask, need_weights)
+        out, w = slot_attend(scores, v, self.gamma, keep, need_weights, strict)
         return self.out_proj(self.merge(out)), w
 
 
@@ -210,6 +272,7 @@ class DTLayer(nn.Module):
         self.drop = nn.Dropout(dropout)
         self.ln = nn.LayerNorm(d)
         self.rate = dropout if key_drop else 0.0
+        self.strict_slots = True  # Block 4 reads the strict past (False only in audit tests)
 
     def mask(self, valid: torch.Tensor, peek_cur: bool) -> torch.Tensor:
         """[B|1, 1, L, L]: inclusive or strict causal, minus randomly hidden keys in training."""
@@ -244,8 +307,10 @@ class DTLayer(nn.Module):
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Block 4: strict-past reading by slot queries -> z [B, K, L, D]."""
-        mask = self.mask(valid, peek_cur=False).unsqueeze(1)  # [B|1, 1, 1, L, L]
-        h, w = self.attn.read_slots(slots, key, value, mask, need_weights)
+        keep = torch.ones(1, valid.shape[1], dtype=torch.bool, device=valid.device)
+        if self.training and self.rate > 0:
+            keep = ~sample_key_drop(valid, self.rate)  # hidden keys vanish for every later query
+        h, w = self.attn.read_slots(slots, key, value, keep, need_weights, self.strict_slots)
         return self.ln(slots[None, :, None, :] + self.drop(h)), w
 
 

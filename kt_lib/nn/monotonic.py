@@ -195,6 +195,8 @@ class BufferPool:
         stack = self.free.get(key)
         if stack:
             t = stack.pop()
+            if not stack:  # no empty stacks: eviction below pops from the oldest key
+                del self.free[key]
             self.bytes -= t.numel() * t.element_size()
             return t
         return torch.empty(shape, dtype=dtype, device=like.device)
@@ -211,6 +213,9 @@ class BufferPool:
             self.bytes += t.numel() * t.element_size()
         while self.bytes > self.max_bytes and self.free:  # evict the least recently used shapes
             key, stack = next(iter(self.free.items()))
+            if not stack:
+                del self.free[key]
+                continue
             t = stack.pop(0)
             self.bytes -= t.numel() * t.element_size()
             if not stack:
