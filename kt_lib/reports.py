@@ -19,6 +19,7 @@ import datetime as dt
 import html
 import json
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -53,13 +54,11 @@ def load_profile(name: str) -> dict:
 
 def notebook_params(profile: dict, path: Path) -> dict:
     """Parameters for one notebook: common + per-notebook, filtered to what it declares."""
+    import nbformat
     import papermill as pm
 
-    import re
-
-    import nbformat
-
-    # papermill's inspector skips annotations it cannot parse (e.g. `str | None`): read names directly
+    # papermill's inspector skips annotations it cannot parse (e.g. `str | None`): also read the
+    # names assigned in the parameters cell
     declared = {p["name"] for p in pm.inspect_notebook(str(path)).values()}
     for cell in nbformat.read(str(path), as_version=4).cells:
         if "parameters" in cell.get("metadata", {}).get("tags", []):

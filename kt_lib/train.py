@@ -44,7 +44,7 @@ class TrainConfig:
     progress: bool = True  # tqdm progress bars
     verbose: bool = False  # print one line per epoch (batch runs, logs)
     metric: str | None = None  # early-stopping metric; None: "auc" (binary) or "qwk" (ordinal)
-    bucket: int = 50  # length-bucketed batches, pools of this many (0: plain shuffling); BatchLoader
+    bucket: int = 50  # length-bucketed batches in pools of this many (0: plain); see BatchLoader
 
     def validate(self) -> None:
         require(self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}")

@@ -384,3 +384,19 @@ def test_report_index_shows_summaries(tmp_path):
     assert "09_b" in page and "failed: Boom: x" in page
     saved = json.loads((tmp_path / "runs.json").read_text())
     assert all("summary" not in r for r in saved["runs"])
+
+
+def test_profile_reaches_parameters_papermill_cannot_parse():
+    """`data_dir: str | None = None` is skipped by papermill's inspector; the full profile's
+    data_dir must still reach every notebook that declares it, and nothing undeclared."""
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(reports.__file__).resolve().parents[1]
+    full = yaml.safe_load((root / "notebooks" / "params" / "full.yaml").read_text())
+    params = reports.notebook_params(full, root / "notebooks" / "03_train_sakt.ipynb")
+    assert params["data_dir"] == "../shared/data/assist2009" and params["preset"] == "paper"
+    assert "binary_data_dir" not in params and "configs" not in params
+    gpcm = reports.notebook_params(full, root / "notebooks" / "07_train_ordinal_gpcm.ipynb")
+    assert gpcm["data_dir"] is None and gpcm["binary_data_dir"] == "../shared/data/assist2009"

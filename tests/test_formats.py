@@ -262,7 +262,9 @@ def test_bucketed_loader_covers_all_and_pads_less():
 
     loader, plain = batches(0)
     _, pooled = batches(4)
-    keys = lambda bs: sorted((u, s) for b in bs for u, s in zip(b.uid.tolist(), b.start.tolist()))
+    keys = lambda bs: sorted(
+        (u, s) for b in bs for u, s in zip(b.uid.tolist(), b.start.tolist(), strict=True)
+    )
     assert keys(pooled) == keys(plain) and len(keys(plain)) == len(loader.windows)
     assert sum(int(b.mask.sum()) for b in pooled) == d.num_interactions
     padded = lambda bs: sum(b.q.numel() for b in bs)

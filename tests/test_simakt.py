@@ -665,7 +665,7 @@ def test_cluster_agreement_scores():
 
 
 def _slot_attend_by_autograd(scores, v, gamma, mask):
-    """DTransformer's Block 4 attention written plainly with autograd (the fused one's reference)."""
+    """DTransformer's Block 4 attention written plainly with autograd (the fused one's check)."""
     from kt_lib.nn.monotonic import decay_factor
 
     neg = torch.finfo(scores.dtype).min

@@ -157,7 +157,8 @@ def slot_attend(
     need_weights: bool,
     strict: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Block 4's attention: slot scores r [B, K, H, 1, S], values [B, 1, H, S, Dh] -> [B, K, H, L, Dh].
+    """Block 4's attention: slot scores r [B, K, H, 1, S], values v [B, 1, H, S, Dh] -> outputs
+    [B, K, H, L, Dh].
 
     Query step t sees keys j < t that are kept (keep [B|1, S]). AKT's context distance and decay
     (as in kt_lib.nn.monotonic), then DTransformer's max-out: each row is rescaled so its
