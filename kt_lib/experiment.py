@@ -34,6 +34,7 @@ class ExperimentResult:
     n_params: int
     best_epoch: int
     config: dict = field(default_factory=dict)
+    diagnostics: dict = field(default_factory=dict)  # the model's own figures on test data
 
     def row(self) -> dict:
         """Flat dict for a results table."""
@@ -43,6 +44,7 @@ class ExperimentResult:
             "best_epoch": self.best_epoch,
             "params": self.n_params,
             "train_seconds": round(self.seconds, 1),
+            **{f"diag_{k}": v for k, v in self.diagnostics.items()},
         }
 
 
@@ -70,6 +72,7 @@ def run_experiment(
     valid_m = evaluate(res.model, valid, **ev)
     test_m = evaluate(res.model, test, **ev) if test is not None else {}
     n_params = sum(p.numel() for p in res.model.parameters())
+    diagnostics = res.model.diagnostics(test, **ev) if test is not None else {}
     return ExperimentResult(
         label or model_name,
         res.model,
@@ -80,6 +83,7 @@ def run_experiment(
         n_params,
         res.best_epoch,
         asdict(model.config),
+        diagnostics,
     )
 
 

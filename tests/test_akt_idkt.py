@@ -12,6 +12,7 @@ from kt_lib.audit import audit_causality, random_batch
 from kt_lib.checkpoint import load_model, save_model
 from kt_lib.data import load_bundle, simulate
 from kt_lib.data.dataset import StudentSeq, Window, collate
+from kt_lib.data.splits import split_students
 from kt_lib.models import build_model
 from kt_lib.models.akt import mlp_head
 from kt_lib.nn.attention import causal_mask
@@ -445,3 +446,23 @@ def test_buffer_pool_survives_eviction_with_changing_shapes():
     pool.give(*(torch.empty(20, 10) for _ in range(2)))  # over budget: evicts the oldest
     assert 0 < pool.bytes <= pool.max_bytes
     assert all(stack for stack in pool.free.values())
+
+
+def test_idkt_diagnostics_are_head_reference_correlations():
+    """`diagnostics` (reported by experiment runs) = Pearson r of each head with BKT's target;
+    training on the alignment pulls the L0/T heads toward the reference."""
+    from kt_lib.experiment import run_experiment
+    from kt_lib.train import TrainConfig
+
+    sim = simulate(num_students=150, seq_len=40, num_c=6, emission="bkt", seed=0)
+    parts = split_students(sim.data, (0.7, 0.1, 0.2), seed=0)
+    cfg = TrainConfig(epochs=6, progress=False, lr=3e-3)
+    res = run_experiment(
+        "idkt", *parts, preset="tiny", train_config=cfg, lambda_L0=5.0, lambda_T=5.0
+    )
+    diag = res.diagnostics
+    df = res.model.interpretable_params(parts[2])
+    assert diag["r_L0"] == pytest.approx(np.corrcoef(df["L0"], df["L0_bkt"])[0, 1])
+    assert {"r_T", "r_p", "r_L0_skill", "r_T_skill"} <= set(diag)
+    assert diag["r_L0_skill"] > 0.5, diag  # (T_bkt barely varies over 6 skills: r_T is noisy)
+    assert res.row()["diag_r_T"] == diag["r_T"]

@@ -94,6 +94,11 @@ class KTModel(nn.Module):
         """P(correct) [B, L] for binary models, category probabilities [B, L, K] for ordinal."""
         return out.logits.softmax(-1) if self.ordinal else torch.sigmoid(out.logits)
 
+    def diagnostics(self, data: KTDataset, **ev) -> dict[str, float]:
+        """Model-specific figures on held-out data beside the metrics (e.g. iDKT's agreement with
+        its BKT reference); `ev`: batch_size, max_len, device. Default: none."""
+        return {}
+
     def extra_state(self) -> dict[str, torch.Tensor]:
         """Tensors beyond the state dict to checkpoint (e.g. memory banks); default none."""
         return {}

@@ -128,6 +128,16 @@ class IDKT(AKT):
         if bkt:
             self.reference.load_state_dict(bkt)
 
+    def diagnostics(self, data: KTDataset, **ev) -> dict[str, float]:
+        """Pearson r of each head with its BKT target: per position (`r_L0`, `r_T`, `r_p`) and
+        between per-skill means (`r_L0_skill`, `r_T_skill`), on `data`."""
+        df = self.interpretable_params(data, **ev)
+        out = {f"r_{k}": float(np.corrcoef(df[k], df[f"{k}_bkt"])[0, 1]) for k in ("L0", "T", "p")}
+        per_skill = df.groupby("skill")[["L0", "L0_bkt", "T", "T_bkt"]].mean()
+        for k in ("L0", "T"):
+            out[f"r_{k}_skill"] = float(np.corrcoef(per_skill[k], per_skill[f"{k}_bkt"])[0, 1])
+        return out
+
     @torch.no_grad()
     def interpretable_params(
         self, data: KTDataset, batch_size: int = 128, max_len: int = 200, device: str = "cpu"
