@@ -133,8 +133,9 @@ SUMMARY_TAG = "summary"
 def read_summary(executed: Path) -> str:
     """HTML of the outputs of the cells tagged `summary` in an executed notebook ("" if none).
 
-    Rich outputs (a DataFrame's HTML) are used as is, plain text goes in <pre>; a notebook that
-    cannot be read gives "" (the index must render whatever happened).
+    Rich outputs (a DataFrame's HTML) are used as is, plain text goes in <pre>, figures are left
+    to the notebook's own page; a notebook that cannot be read gives "" (the index must render
+    whatever happened).
     """
     try:
         nb = json.loads(Path(executed).read_text(encoding="utf-8"))
@@ -148,6 +149,8 @@ def read_summary(executed: Path) -> str:
             data = output.get("data", {})
             if "text/html" in data:
                 parts.append("".join(data["text/html"]))
+            elif "image/png" in data:  # figures stay in the notebook's page (text is "<Figure>")
+                continue
             elif "text/plain" in data:
                 parts.append(f"<pre>{html.escape(''.join(data['text/plain']))}</pre>")
             elif output.get("output_type") == "stream" and output.get("name") == "stdout":

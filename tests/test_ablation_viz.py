@@ -353,10 +353,12 @@ def test_report_index_shows_summaries(tmp_path):
             "execute_result",
             data={"text/html": "<table><tr><td>0.81</td></tr></table>", "text/plain": "0.81"},
             execution_count=1,
-        )
+        ),
+        new_output("display_data", data={"image/png": "iVBO", "text/plain": "<Figure size 1x1>"}),
     ]
     nbformat.write(new_notebook(cells=[new_code_cell("x = 1"), cell]), tmp_path / "08_a.ipynb")
     assert "<td>0.81</td>" in reports.read_summary(tmp_path / "08_a.ipynb")
+    assert "Figure" not in reports.read_summary(tmp_path / "08_a.ipynb")
     assert reports.read_summary(tmp_path / "missing.ipynb") == ""
     runs = [
         {
