@@ -32,7 +32,8 @@ class SAKTConfig(BaseConfig):
     d: int = 256  # model dim
     n_heads: int = 8  # attention heads
     d_ff: int | None = None  # FFN inner dim; None -> 4 * d
-    dropout: float = 0.1  # dropout
+    dropout: float = 0.1  # dropout (residual, FFN)
+    attn_dropout: float | None = None  # dropout on the attention weights; None: `dropout`
     max_len: int = 200  # longest window (learned positions)
 
     def validate(self) -> None:
@@ -41,6 +42,8 @@ class SAKTConfig(BaseConfig):
         require(self.d > 0 and self.n_heads > 0, "d and n_heads must be > 0")
         require(self.d % self.n_heads == 0, f"d={self.d} not divisible by n_heads={self.n_heads}")
         require(0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
+        a = self.attn_dropout
+        require(a is None or 0 <= a < 1, f"attn_dropout must be in [0, 1) or None, got {a}")
         require(self.max_len > 0, f"max_len must be > 0, got {self.max_len}")
 
     @classmethod
@@ -49,23 +52,35 @@ class SAKTConfig(BaseConfig):
 
     @classmethod
     def paper(cls, **kw):
-        # SAKT paper (Pandey & Karypis, EDM 2019): FFN weights W1, W2 are d x d; dropout 0.2 is
-        # our choice (0.1 overfit ASSIST2009 by epoch 7: valid AUC 0.769, then falling)
-        return cls(**{"d": 256, "n_heads": 8, "d_ff": 256, "dropout": 0.2, "max_len": 200, **kw})
+        # SAKT paper (Pandey & Karypis, EDM 2019): FFN weights W1, W2 are d x d. Our choices:
+        # dropout 0.2 (0.1 overfit ASSIST2009 by epoch 7), none on the attention weights (it
+        # forces the unfused attention path: 0.65 s instead of 0.27 s per B=64, L=200 step)
+        return cls(
+            **{"d": 256, "n_heads": 8, "d_ff": 256, "dropout": 0.2, "attn_dropout": 0.0, **kw}
+        )
 
 
 class SAKTNet(nn.Module):
     """Embeddings M (interactions), E (queries), P (positions), one attention + FFN, linear out."""
 
     def __init__(
-        self, num_c: int, d: int, n_heads: int, d_ff: int | None, dropout: float, max_len: int
+        self,
+        num_c: int,
+        d: int,
+        n_heads: int,
+        d_ff: int | None,
+        dropout: float,
+        max_len: int,
+        attn_dropout: float | None = None,
     ):
         super().__init__()
         self.num_c, self.max_len = num_c, max_len
         self.M = nn.Embedding(2 * num_c, d)
         self.E = nn.Embedding(num_c, d)
         self.P = nn.Embedding(max_len + 1, d)
-        self.attn = MultiHeadAttention(d, n_heads, dropout)
+        self.attn = MultiHeadAttention(
+            d, n_heads, dropout if attn_dropout is None else attn_dropout
+        )
         self.drop = nn.Dropout(dropout)
         self.ln1 = nn.LayerNorm(d)
         self.ffn = FeedForward(d, d_ff or 4 * d, dropout)
@@ -99,7 +114,7 @@ class SAKTModel(KTModel):
     def __init__(self, config: SAKTConfig):
         super().__init__(config)
         c = config
-        self.net = SAKTNet(c.num_c, c.d, c.n_heads, c.d_ff, c.dropout, c.max_len)
+        self.net = SAKTNet(c.num_c, c.d, c.n_heads, c.d_ff, c.dropout, c.max_len, c.attn_dropout)
 
     def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
         if batch.q.shape[1] > self.config.max_len:

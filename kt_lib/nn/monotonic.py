@@ -73,6 +73,11 @@ class _Dropout(torch.autograd.Function):
         return (g * keep).mul_(ctx.scale), None
 
 
+def fast_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
+    """Training-mode dropout with `draw_keep`'s fast Bernoulli (identity for p = 0)."""
+    return _Dropout.apply(x, p) if p > 0 else x
+
+
 class _ReLUDropout(torch.autograd.Function):
     """relu then dropout, in place on its input (a fresh Linear output)."""
 
