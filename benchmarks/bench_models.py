@@ -1,6 +1,7 @@
 """Speed and memory of every registered model: one training step and one inference pass.
 
     python benchmarks/bench_models.py [--models sakt dkt] [--repeats 7] [--out FILE.json]
+    python benchmarks/bench_models.py --models akt --set bf16=true    # config overrides
 
 Setting (issue 2): B=64, L=200, paper preset (d=256 where the model has it), 100 skills, no
 problem ids, CPU; plus seed 004's latency case for the public SAKT class (batch 32, sequence 100).
@@ -35,14 +36,18 @@ def _median_seconds(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def bench_one(name: str, repeats: int) -> dict:
+def bench_one(name: str, repeats: int, overrides: list[str] | None = None) -> dict:
     from kt_lib.audit import random_batch
     from kt_lib.data.synthetic import simulate
     from kt_lib.models import MODELS, build_model
 
     torch.manual_seed(0)
     K = 4 if MODELS[name].ordinal else 2
-    model = build_model(name, preset="paper", num_c=NUM_C, num_pid=0, K=K)
+    import yaml
+
+    sets = dict(kv.split("=", 1) for kv in overrides or [])
+    sets = {k: yaml.safe_load(v) for k, v in sets.items()}
+    model = build_model(name, preset="paper", num_c=NUM_C, num_pid=0, K=K, **sets)
     train = simulate(num_students=200, seq_len=L, num_c=NUM_C, K=K, seed=0).data
     train.num_pid = 0
     for s in train.students:
@@ -66,7 +71,7 @@ def bench_one(name: str, repeats: int) -> dict:
     train_s = _median_seconds(step, repeats)
     infer_s = _median_seconds(infer, repeats)
     return {
-        "model": name,
+        "model": name + "".join(f" {k}={v}" for k, v in sets.items()),
         "params": sum(p.numel() for p in model.parameters()),
         "train_step_s": round(train_s, 4),
         "train_interactions_per_s": round(B * L / train_s),
@@ -111,10 +116,15 @@ def main() -> None:
     p.add_argument("--models", nargs="*", default=None)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--out", default="benchmarks/results/models.json")
+    p.add_argument("--set", nargs="*", default=[], help="model overrides key=value, e.g. bf16=true")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.one:
-        res = bench_seed_sakt(a.repeats) if a.one == "seed_sakt" else bench_one(a.one, a.repeats)
+        res = (
+            bench_seed_sakt(a.repeats)
+            if a.one == "seed_sakt"
+            else bench_one(a.one, a.repeats, a.set)
+        )
         print(json.dumps(res))
         return
     from kt_lib.models import list_models
@@ -122,7 +132,7 @@ def main() -> None:
     results = []
     for name in (a.models or list_models()) + ["seed_sakt"]:
         out = subprocess.run(
-            [sys.executable, __file__, "--one", name, "--repeats", str(a.repeats)],
+            [sys.executable, __file__, "--one", name, "--repeats", str(a.repeats), "--set", *a.set],
             capture_output=True,
             text=True,
         )

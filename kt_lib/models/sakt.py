@@ -22,6 +22,7 @@ from torch import nn
 from ..config import require
 from ..data.dataset import Batch, interaction_token
 from ..nn import FeedForward, MultiHeadAttention
+from ..nn.monotonic import Dropout
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 
@@ -81,7 +82,7 @@ class SAKTNet(nn.Module):
         self.attn = MultiHeadAttention(
             d, n_heads, dropout if attn_dropout is None else attn_dropout
         )
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
         self.ln1 = nn.LayerNorm(d)
         self.ffn = FeedForward(d, d_ff or 4 * d, dropout)
         self.ln2 = nn.LayerNorm(d)

@@ -9,15 +9,19 @@ import torch
 from torch import nn
 
 from .attention import MultiHeadAttention
+from .monotonic import Dropout
 
 
 class FeedForward(nn.Module):
-    """Position-wise FFN: Linear(D, F) - ReLU - Dropout - Linear(F, D)."""
+    """Position-wise FFN: Linear(D, F) - ReLU - Dropout - Linear(F, D).
+
+    Dropout here and in `TransformerLayer` is `kt_lib.nn.monotonic.Dropout` (a fast Bernoulli:
+    `nn.Dropout`'s bernoulli_ was a large share of a CPU training step)."""
 
     def __init__(self, d: int, d_ff: int, dropout: float = 0.0):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Linear(d, d_ff), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_ff, d)
+            nn.Linear(d, d_ff), nn.ReLU(), Dropout(dropout), nn.Linear(d_ff, d)
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -30,10 +34,10 @@ class TransformerLayer(nn.Module):
     def __init__(self, d: int, n_heads: int, d_ff: int, dropout: float = 0.0, ffn: bool = True):
         super().__init__()
         self.attn = MultiHeadAttention(d, n_heads, dropout)
-        self.drop1 = nn.Dropout(dropout)
+        self.drop1 = Dropout(dropout)
         self.ln1 = nn.LayerNorm(d)
         self.ffn = FeedForward(d, d_ff, dropout) if ffn else None
-        self.drop2 = nn.Dropout(dropout)
+        self.drop2 = Dropout(dropout)
         self.ln2 = nn.LayerNorm(d) if ffn else None
 
     def forward(
