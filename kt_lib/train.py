@@ -43,7 +43,7 @@ class TrainConfig:
     resume: bool = False  # continue from <prefix>_last.* when it exists
     progress: bool = True  # tqdm progress bars
     verbose: bool = False  # print one line per epoch (batch runs, logs)
-    metric: str | None = None  # early-stopping metric; None: "auc" (binary) or "qwk" (ordinal)
+    metric: str | None = None  # early-stopping metric; None: "auc" if K = 2, else "qwk"
     bucket: int = 50  # length-bucketed batches in pools of this many (0: plain); see BatchLoader
 
     def validate(self) -> None:
@@ -120,7 +120,7 @@ def fit(
     """Train with early stopping on the validation metric; returns the best model and history."""
     cfg = TrainConfig(**{**asdict(config or TrainConfig()), **overrides})
     cfg.validate()
-    metric = cfg.metric or ("qwk" if model.ordinal else "auc")
+    metric = cfg.metric or ("qwk" if model.ordinal and model.config.K > 2 else "auc")
     model.to(cfg.device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     loader = BatchLoader(

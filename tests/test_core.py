@@ -193,3 +193,38 @@ def test_sakt_seed_example_reads_the_whole_history():
     q, qry = torch.tensor([[1, 2, 3]]), torch.tensor([[4]])
     probs = {model(q, torch.tensor([r]), qry).item() for r in ([1, 0, 1], [0, 0, 1], [1, 1, 1])}
     assert len(probs) == 3  # every past response moves the prediction for qry=[4]
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "strict", "batch"])
+def test_training_attention_dropout_matches_plain_autograd(mask_kind):
+    """The fused softmax-dropout attention equals the plain chain with the same keep draws."""
+    from kt_lib.nn.monotonic import draw_keep
+
+    torch.manual_seed(0)
+    B, H, L, Dh, p = 3, 2, 7, 4, 0.3
+    q, k, v = (torch.randn(B, H, L, Dh, dtype=torch.float64, requires_grad=True) for _ in "qkv")
+    mask = {
+        "none": None,
+        "strict": causal_mask(L, strict=True),
+        "batch": torch.rand(B, 1, L, L) > 0.4,
+    }[mask_kind]
+    torch.manual_seed(5)
+    out, _ = attend(q, k, v, mask, dropout=p)
+    torch.manual_seed(5)  # the reference draws the same keep mask
+    s = q @ k.transpose(-2, -1) / Dh**0.5
+    has_key = torch.ones(1, dtype=torch.bool) if mask is None else mask.any(-1, keepdim=True)
+    if mask is not None:
+        s = s.masked_fill(~(mask | ~has_key), float("-inf"))
+    w = s.softmax(-1)
+    keep = torch.empty(torch.broadcast_shapes(w.shape), dtype=torch.bool)
+    scale = draw_keep(keep, p)
+    ref = ((w * keep * scale) @ v) * has_key
+    assert 0.5 < keep.float().mean() < 0.9
+    torch.testing.assert_close(out, ref)
+    g = torch.randn_like(out)
+    mine = torch.autograd.grad((out * g).sum(), (q, k, v))
+    plain = torch.autograd.grad((ref * g).sum(), (q, k, v))
+    for a, b in zip(mine, plain, strict=True):
+        torch.testing.assert_close(a, b)
+    if mask_kind == "strict":
+        assert (out[:, :, 0] == 0).all()  # a row without keys outputs zeros, never NaN

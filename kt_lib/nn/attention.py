@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .monotonic import fast_dropout
+from .monotonic import _chunks, draw_keep, fast_dropout
 
 
 def causal_mask(L: int, device=None, strict: bool = False, S: int | None = None) -> torch.Tensor:
@@ -19,6 +19,58 @@ def causal_mask(L: int, device=None, strict: bool = False, S: int | None = None)
     i = torch.arange(L, device=device).unsqueeze(1)
     j = torch.arange(S, device=device).unsqueeze(0)
     return j < i if strict else j <= i
+
+
+class _DropoutAttention(torch.autograd.Function):
+    """softmax(q k^T / sqrt(Dh), masked) -> dropout -> @ v, fused by hand for training on CPU.
+
+    SDPA's fused CPU kernel has no dropout (it falls back to a bernoulli_-based path), and
+    autograd on the plain chain makes ~17 passes over the [B, H, L, S] weights (and converts a
+    bool keep-mask to float at each use); this makes ~9 and keeps the weights, the scaled keep
+    mask and the dropped weights for the backward pass. Every row of `visible` must have a key
+    (callers let empty rows attend everywhere and zero their output).
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, visible, p: float):
+        scale = q.shape[-1] ** -0.5
+        B, H, L, S = *q.shape[:3], k.shape[-2]
+        w = q.new_empty(B, H, L, S)
+        keep = torch.empty_like(w)
+        dropped = torch.empty_like(w)
+        out = q.new_empty(B, H, L, v.shape[-1])
+        drawn = torch.empty(w.shape, dtype=torch.bool, device=w.device)
+        kscale = draw_keep(drawn, p)
+        _, chunks = _chunks(B, H * L * S)
+        for b0, b1 in chunks:  # row chunks keep the [rows, H, L, S] passes in cache
+            s = (q[b0:b1] * scale) @ k[b0:b1].transpose(-2, -1)
+            if visible is not None:
+                vis = visible[b0:b1] if visible.dim() == 4 and visible.shape[0] > 1 else visible
+                s.masked_fill_(~vis, float("-inf"))
+            torch.softmax(s, dim=-1, out=w[b0:b1])
+            torch.mul(drawn[b0:b1], kscale, out=keep[b0:b1])  # 0 or 1 / (1 - p)
+            torch.mul(w[b0:b1], keep[b0:b1], out=dropped[b0:b1])
+            torch.matmul(dropped[b0:b1], v[b0:b1], out=out[b0:b1])
+        ctx.scale = scale
+        ctx.save_for_backward(q, k, v, w, keep, dropped, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        q, k, v, w, keep, dropped, out = ctx.saved_tensors
+        g_q, g_k, g_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        # softmax backward needs sum_j g_w[j] w[j] = sum_j (g . v_j) keep_j w_j = g . out: a dot
+        # product over Dh instead of a pass over the [L, S] weights
+        dot = (g * out).sum(-1, keepdim=True)
+        _, chunks = _chunks(q.shape[0], w[0].numel())
+        for b0, b1 in chunks:
+            gb = g[b0:b1]
+            torch.matmul(dropped[b0:b1].transpose(-2, -1), gb, out=g_v[b0:b1])
+            g_w = (gb @ v[b0:b1].transpose(-2, -1)).mul_(keep[b0:b1])  # through the dropout
+            g_s = g_w.sub_(dot[b0:b1]).mul_(w[b0:b1])  # through the softmax
+            torch.matmul(g_s, k[b0:b1], out=g_q[b0:b1])
+            torch.matmul(g_s.transpose(-2, -1), q[b0:b1], out=g_k[b0:b1])
+        return g_q.mul_(ctx.scale), g_k.mul_(ctx.scale), g_v, None, None
 
 
 def attend(
@@ -38,8 +90,11 @@ def attend(
         has_key = mask.any(-1, keepdim=True)  # [.., L, 1]
         # Let empty rows attend everywhere, then zero their output: softmax stays finite.
         safe = mask | ~has_key
-    if not need_weights and dropout == 0:
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else safe)
+    if not need_weights:
+        if dropout > 0:
+            out = _DropoutAttention.apply(q, k, v, None if mask is None else safe, dropout)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else safe)
         if mask is not None:
             out = out * has_key.to(out.dtype)
         return out, None
