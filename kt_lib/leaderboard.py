@@ -145,11 +145,15 @@ def leaderboard(
     with `published`, the published AUCs of the same dataset and model."""
     metrics = [m for m in metrics if m in table]
     g = table.groupby(["dataset", "model"], sort=False)
-    mean, std = g[metrics].mean(), g[metrics].std().fillna(0.0)
+    mean, std = g[metrics].mean(), g[metrics].std()  # std NaN for a single run: no "± 0"
     board = pd.DataFrame(index=mean.index)
     for m in metrics:
         board[m.removeprefix("test_")] = [
-            "-" if math.isnan(a) else f"{a:.{digits}f} ± {s:.{digits}f}"
+            "-"
+            if math.isnan(a)
+            else f"{a:.{digits}f}"
+            if math.isnan(s)
+            else f"{a:.{digits}f} ± {s:.{digits}f}"
             for a, s in zip(mean[m], std[m], strict=True)
         ]
     board["runs"] = g.size()

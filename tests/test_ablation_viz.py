@@ -297,6 +297,8 @@ def test_leaderboard_round_trip(tmp_path, capsys):
     board = lb.leaderboard(table)
     assert board.loc[("assist2009", "dkt"), "auc"] == "0.8100 ± 0.0141"
     assert board.loc[("assist2009", "dkt"), "runs"] == 2
+    single = lb.leaderboard(lb.load_results([a]))
+    assert single.loc[("assist2009", "dkt"), "auc"] == "0.8000"  # one run: no "± 0.0000"
     assert board.loc[("assist2009", "dkt"), "pyKT AUC"] == "0.7541"
     md = lb.to_markdown(board)
     lines = md.splitlines()
