@@ -73,7 +73,7 @@ def predict(
     """Predictions on every valid position: y_true, prob ([n] or [n, K]), uid, step."""
     was_training = model.training
     model.eval()
-    ys, ps, uids, steps = [], [], [], []
+    ys, ps, uids, steps, pids = [], [], [], [], []
     for batch in BatchLoader(data, batch_size, max_len, shuffle=False):
         batch = batch.to(device)
         prob = model.probabilities(model(batch))
@@ -83,19 +83,53 @@ def predict(
         uids.append(batch.uid.unsqueeze(1).expand_as(m)[m].cpu())
         pos = batch.start.unsqueeze(1) + torch.arange(m.shape[1], device=m.device)
         steps.append(pos[m].cpu())
+        if batch.pid is not None:
+            pids.append(batch.pid[m].cpu())
     model.train(was_training)
     cat = lambda xs: torch.cat(xs).numpy()  # noqa: E731
-    return {"y_true": cat(ys), "prob": cat(ps), "uid": cat(uids), "step": cat(steps)}
+    out = {"y_true": cat(ys), "prob": cat(ps), "uid": cat(uids), "step": cat(steps)}
+    if pids:
+        out["pid"] = cat(pids)
+    return out
+
+
+def question_rows(pred: dict[str, np.ndarray]) -> np.ndarray:
+    """Rows that open a question: False on a row that repeats the previous row's problem.
+
+    Formats that expand a multi-skill problem into one row per skill (the 4-line format, pykt)
+    put its rows at consecutive steps, and row 2 of a problem sees row 1's response - the answer
+    to the same question. Scoring only each question's first row (which saw no response to it)
+    evaluates per question (GUIDE section 9). Rows come from `predict`, in (student, step) order.
+    """
+    keep = np.ones(len(pred["y_true"]), dtype=bool)
+    if "pid" not in pred or len(keep) < 2:
+        return keep
+    uid, step, pid = pred["uid"], pred["step"], pred["pid"]
+    keep[1:] = ~((uid[1:] == uid[:-1]) & (step[1:] == step[:-1] + 1) & (pid[1:] == pid[:-1]))
+    return keep
 
 
 def evaluate(
-    model: KTModel, data: KTDataset, batch_size: int = 128, max_len: int = 200, device: str = "cpu"
+    model: KTModel,
+    data: KTDataset,
+    batch_size: int = 128,
+    max_len: int = 200,
+    device: str = "cpu",
+    per_question: bool = True,
 ) -> dict[str, float]:
-    """Metrics over valid positions (binary: AUC/acc/RMSE/log-loss; ordinal: QWK and friends)."""
+    """Metrics over valid positions (binary: AUC/acc/RMSE/log-loss; ordinal: QWK and friends).
+
+    With problem ids and `per_question`, a problem repeated at consecutive steps (one row per
+    skill) counts once, by its first row (`question_rows`); `rows_merged` says how many rows
+    that dropped.
+    """
     pred = predict(model, data, batch_size, max_len, device)
-    if model.ordinal:
-        return ordinal_metrics(pred["y_true"], pred["prob"])
-    return binary_metrics(pred["y_true"], pred["prob"])
+    keep = question_rows(pred) if per_question else np.ones(len(pred["y_true"]), dtype=bool)
+    y, prob = pred["y_true"][keep], pred["prob"][keep]
+    metrics = ordinal_metrics(y, prob) if model.ordinal else binary_metrics(y, prob)
+    if "pid" in pred:
+        metrics["rows_merged"] = int((~keep).sum())
+    return metrics
 
 
 @contextlib.contextmanager

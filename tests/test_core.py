@@ -228,3 +228,42 @@ def test_training_attention_dropout_matches_plain_autograd(mask_kind):
         torch.testing.assert_close(a, b)
     if mask_kind == "strict":
         assert (out[:, :, 0] == 0).all()  # a row without keys outputs zeros, never NaN
+
+
+class _CopyPrevious(KTModel):
+    """Predicts r[t-1] (causal): on multi-skill rows it copies the answer to the same question."""
+
+    config_cls = BaseConfig
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.w = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, batch, return_attention=False):
+        prev = torch.nn.functional.pad(batch.r.float(), (1, 0))[:, :-1]
+        return ModelOutput(logits=(4 * prev - 2) * self.w)
+
+
+def test_per_question_evaluation_drops_repeated_rows_of_a_problem():
+    """GUIDE section 9: rows of one multi-skill problem must not score each other's answers."""
+    from kt_lib.data.dataset import KTDataset, StudentSeq
+    from kt_lib.train import evaluate
+
+    rng = np.random.default_rng(0)
+    students = []
+    for uid in range(60):
+        pid, q, r = [], [], []
+        for problem in rng.integers(0, 30, 25):
+            answer = int(rng.integers(0, 2))  # independent of the past: nothing to learn
+            for _ in range(1 + problem % 3):  # 1-3 skills per problem, one row each
+                pid.append(problem)
+                q.append(int(rng.integers(0, 5)))
+                r.append(answer)
+        students.append(StudentSeq(uid, np.array(q), np.array(r), np.array(pid)))
+    data = KTDataset(students, num_c=5, num_pid=30)
+    model = _CopyPrevious(BaseConfig(num_c=5, num_pid=30))
+    rows = evaluate(model, data, per_question=False)
+    per_q = evaluate(model, data)
+    assert rows["auc"] > 0.7  # inflated by copying the same question's earlier row
+    assert abs(per_q["auc"] - 0.5) < 0.05  # per question: chance, as it should be
+    assert per_q["rows_merged"] > 0 and per_q["n"] + per_q["rows_merged"] == rows["n"]
