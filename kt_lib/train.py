@@ -70,10 +70,11 @@ class FitResult:
 def predict(
     model: KTModel, data: KTDataset, batch_size: int = 128, max_len: int = 200, device: str = "cpu"
 ) -> dict[str, np.ndarray]:
-    """Predictions on every valid position: y_true, prob ([n] or [n, K]), uid, step."""
+    """Predictions on every valid position: y_true, prob ([n] or [n, K]), uid, step, q (and pid
+    with problem ids)."""
     was_training = model.training
     model.eval()
-    ys, ps, uids, steps, pids = [], [], [], [], []
+    ys, ps, uids, steps, qs, pids = [], [], [], [], [], []
     for batch in BatchLoader(data, batch_size, max_len, shuffle=False):
         batch = batch.to(device)
         prob = model.probabilities(model(batch))
@@ -83,29 +84,33 @@ def predict(
         uids.append(batch.uid.unsqueeze(1).expand_as(m)[m].cpu())
         pos = batch.start.unsqueeze(1) + torch.arange(m.shape[1], device=m.device)
         steps.append(pos[m].cpu())
+        qs.append(batch.q[m].cpu())
         if batch.pid is not None:
             pids.append(batch.pid[m].cpu())
     model.train(was_training)
     cat = lambda xs: torch.cat(xs).numpy()  # noqa: E731
-    out = {"y_true": cat(ys), "prob": cat(ps), "uid": cat(uids), "step": cat(steps)}
+    out = {"y_true": cat(ys), "prob": cat(ps), "uid": cat(uids), "step": cat(steps), "q": cat(qs)}
     if pids:
         out["pid"] = cat(pids)
     return out
 
 
 def question_rows(pred: dict[str, np.ndarray]) -> np.ndarray:
-    """Rows that open a question: False on a row that repeats the previous row's problem.
+    """Rows that open a question: False on a row that continues the previous row's problem with
+    another skill.
 
     Formats that expand a multi-skill problem into one row per skill (the 4-line format, pykt)
     put its rows at consecutive steps, and row 2 of a problem sees row 1's response - the answer
     to the same question. Scoring only each question's first row (which saw no response to it)
-    evaluates per question (GUIDE section 9). Rows come from `predict`, in (student, step) order.
+    evaluates per question (GUIDE section 9). The same problem with the same skill at the next
+    step is a new attempt and is kept. Rows come from `predict`, in (student, step) order.
     """
     keep = np.ones(len(pred["y_true"]), dtype=bool)
     if "pid" not in pred or len(keep) < 2:
         return keep
-    uid, step, pid = pred["uid"], pred["step"], pred["pid"]
-    keep[1:] = ~((uid[1:] == uid[:-1]) & (step[1:] == step[:-1] + 1) & (pid[1:] == pid[:-1]))
+    uid, step, pid, q = pred["uid"], pred["step"], pred["pid"], pred["q"]
+    same_problem = (uid[1:] == uid[:-1]) & (step[1:] == step[:-1] + 1) & (pid[1:] == pid[:-1])
+    keep[1:] = ~(same_problem & (q[1:] != q[:-1]))
     return keep
 
 
@@ -119,9 +124,8 @@ def evaluate(
 ) -> dict[str, float]:
     """Metrics over valid positions (binary: AUC/acc/RMSE/log-loss; ordinal: QWK and friends).
 
-    With problem ids and `per_question`, a problem repeated at consecutive steps (one row per
-    skill) counts once, by its first row (`question_rows`); `rows_merged` says how many rows
-    that dropped.
+    With problem ids and `per_question`, a problem expanded into consecutive rows (one per skill)
+    counts once, by its first row (`question_rows`); `rows_merged` says how many rows that dropped.
     """
     pred = predict(model, data, batch_size, max_len, device)
     keep = question_rows(pred) if per_question else np.ones(len(pred["y_true"]), dtype=bool)

@@ -255,9 +255,9 @@ def test_per_question_evaluation_drops_repeated_rows_of_a_problem():
         pid, q, r = [], [], []
         for problem in rng.integers(0, 30, 25):
             answer = int(rng.integers(0, 2))  # independent of the past: nothing to learn
-            for _ in range(1 + problem % 3):  # 1-3 skills per problem, one row each
+            for skill in range(1 + problem % 3):  # 1-3 distinct skills per problem, one row each
                 pid.append(problem)
-                q.append(int(rng.integers(0, 5)))
+                q.append(int(problem + skill) % 5)
                 r.append(answer)
         students.append(StudentSeq(uid, np.array(q), np.array(r), np.array(pid)))
     data = KTDataset(students, num_c=5, num_pid=30)
@@ -267,3 +267,6 @@ def test_per_question_evaluation_drops_repeated_rows_of_a_problem():
     assert rows["auc"] > 0.7  # inflated by copying the same question's earlier row
     assert abs(per_q["auc"] - 0.5) < 0.05  # per question: chance, as it should be
     assert per_q["rows_merged"] > 0 and per_q["n"] + per_q["rows_merged"] == rows["n"]
+    again = [StudentSeq(0, np.array([1, 1, 2]), np.array([0, 1, 1]), np.array([7, 7, 7]))]
+    retry = evaluate(model, KTDataset(again, num_c=5, num_pid=30))  # 7 twice with skill 1: a retry
+    assert retry["rows_merged"] == 1 and retry["n"] == 2
