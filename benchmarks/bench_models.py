@@ -15,25 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
+from timing import median_seconds, step_and_inference_seconds
 
 B, L, NUM_C = 64, 200, 100
-
-
-def _median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def bench_one(name: str, repeats: int, overrides: list[str] | None = None) -> dict:
@@ -54,22 +43,7 @@ def bench_one(name: str, repeats: int, overrides: list[str] | None = None) -> di
         s.pid = None
     model.prepare(train)
     batch = random_batch(NUM_C, B=B, L=L, K=K, seed=0, ragged=False)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step():
-        model.train()
-        terms = model.loss(model(batch), batch, 0)
-        opt.zero_grad()
-        terms["total"].backward()
-        opt.step()
-
-    def infer():
-        model.eval()
-        with torch.no_grad():
-            model(batch)
-
-    train_s = _median_seconds(step, repeats)
-    infer_s = _median_seconds(infer, repeats)
+    train_s, infer_s = step_and_inference_seconds(model, batch, repeats)
     return {
         "model": name + "".join(f" {k}={v}" for k, v in sets.items()),
         "params": sum(p.numel() for p in model.parameters()),
@@ -105,8 +79,8 @@ def bench_seed_sakt(repeats: int) -> dict:
     n = max(repeats, 20)
     return {
         "model": "SAKT seed-004 interface (batch 32, seq 100, forward)",
-        "forward_ms_next_query": round(1000 * _median_seconds(fwd(q[:, -1:]), n), 2),
-        "forward_ms_all_100_queries": round(1000 * _median_seconds(fwd(q), n), 2),
+        "forward_ms_next_query": round(1000 * median_seconds(fwd(q[:, -1:]), n), 2),
+        "forward_ms_all_100_queries": round(1000 * median_seconds(fwd(q), n), 2),
         "threads": torch.get_num_threads(),
     }
 

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import torch
+from timing import step_and_inference_seconds
 
 from kt_lib.audit import random_batch
 from kt_lib.heads.ordinal import AttentionRegistry
@@ -25,38 +24,11 @@ from kt_lib.models import build_model
 B, L, K, NUM_C = 64, 200, 4, 100
 
 
-def _median_seconds(fn, repeats: int, device: str) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def bench(label: str, name: str, overrides: dict, repeats: int, device: str) -> dict:
     torch.manual_seed(0)
     model = build_model(name, preset="paper", num_c=NUM_C, K=K, **overrides).to(device)
     batch = random_batch(NUM_C, B=B, L=L, K=K, seed=0, ragged=False).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-
-    def step():
-        model.train()
-        terms = model.loss(model(batch), batch, 0)
-        opt.zero_grad()
-        terms["total"].backward()
-        opt.step()
-
-    def infer():
-        model.eval()
-        with torch.no_grad():
-            model(batch)
-
-    train_s = _median_seconds(step, repeats, device)
-    infer_s = _median_seconds(infer, repeats, device)
+    train_s, infer_s = step_and_inference_seconds(model, batch, repeats, device)
     return {
         "variant": label,
         "params": sum(p.numel() for p in model.parameters()),

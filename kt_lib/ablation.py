@@ -248,6 +248,16 @@ def simakt_similarity(preset: str, **changes) -> dict:
     return data
 
 
+def _bank_sizes(n_clusters: int, memory_size: int, k_neighbors: int, kmeans_n_init: int) -> dict:
+    """The memory-bank sizes every SimAKT grid shrinks the presets to."""
+    return dict(
+        n_clusters=n_clusters,
+        memory_size=memory_size,
+        k_neighbors=k_neighbors,
+        kmeans_n_init=kmeans_n_init,
+    )
+
+
 def _influence(data: dict) -> dict:
     return {
         "cluster_weight": data.get("cluster_config", {}).get("influence_weight", 1.0),
@@ -265,12 +275,7 @@ def simakt_heads(
     **overrides,
 ) -> Grid:
     """SimAKT's inter-student heads: none / cluster only / KNN only / both (seed 000, Step 1)."""
-    sizes = dict(
-        n_clusters=n_clusters,
-        memory_size=memory_size,
-        k_neighbors=k_neighbors,
-        kmeans_n_init=kmeans_n_init,
-    )
+    sizes = _bank_sizes(n_clusters, memory_size, k_neighbors, kmeans_n_init)
     cells = []
     for label, name in (
         ("no_inter_student", "no_inter_student"),
@@ -301,12 +306,7 @@ def simakt_future_weight(
     **overrides,
 ) -> Grid:
     """Position weighting: how much historical students' later steps count (future_weight)."""
-    sizes = dict(
-        n_clusters=n_clusters,
-        memory_size=memory_size,
-        k_neighbors=k_neighbors,
-        kmeans_n_init=kmeans_n_init,
-    )
+    sizes = _bank_sizes(n_clusters, memory_size, k_neighbors, kmeans_n_init)
     cells = [
         _cell(
             f"future_weight={w:g}",
@@ -336,12 +336,7 @@ def simakt_influence(
     **overrides,
 ) -> Grid:
     """The influence-weight presets of seed 000 (cluster vs KNN head scale), sizes shrunk."""
-    sizes = dict(
-        n_clusters=n_clusters,
-        memory_size=memory_size,
-        k_neighbors=k_neighbors,
-        kmeans_n_init=kmeans_n_init,
-    )
+    sizes = _bank_sizes(n_clusters, memory_size, k_neighbors, kmeans_n_init)
     cells = []
     for name in presets:
         sim = simakt_similarity(name, **sizes)

@@ -33,6 +33,7 @@ from ..data.dataset import Batch
 from ..nn import causal_mask
 from ..nn.embeddings import RaschEmbedding
 from ..nn.monotonic import DECAY_MAX, DECAY_MIN, monotonic_attention
+from ..nn.shapes import merge_heads, split_heads
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 MIN_SEQ_LEN = 5  # DTransformer: shorter rows are left alone by key hiding and augmentation
@@ -197,12 +198,10 @@ class DTAttention(nn.Module):
         nn.init.uniform_(self.gamma, -bound, bound)
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
-        *lead, L, _ = x.shape
-        return x.view(*lead, L, self.h, self.d // self.h).transpose(-3, -2)  # [..., H, L, Dh]
+        return split_heads(x, self.h)  # [..., H, L, Dh]
 
     def merge(self, x: torch.Tensor) -> torch.Tensor:
-        *lead, H, L, Dh = x.shape
-        return x.transpose(-3, -2).reshape(*lead, L, H * Dh)  # [..., L, D]
+        return merge_heads(x)  # [..., L, D]
 
     def keys(self, key: torch.Tensor) -> torch.Tensor:
         return self.split((self.k_proj or self.q_proj)(key))

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .monotonic import _chunks, draw_keep, fast_dropout
+from .shapes import merge_heads, split_heads
 
 
 def causal_mask(L: int, device=None, strict: bool = False, S: int | None = None) -> torch.Tensor:
@@ -125,12 +126,10 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
-        B, L, _ = x.shape
-        return x.view(B, L, self.h, self.d // self.h).transpose(1, 2)  # [B, H, L, Dh]
+        return split_heads(x, self.h)  # [B, H, L, Dh]
 
     def merge(self, x: torch.Tensor) -> torch.Tensor:
-        B, H, L, Dh = x.shape
-        return x.transpose(1, 2).reshape(B, L, H * Dh)  # [B, L, D]
+        return merge_heads(x)  # [B, L, D]
 
     def forward(
         self,

@@ -35,6 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .shapes import merge_heads, split_heads
+
 DECAY_MIN, DECAY_MAX = 1e-5, 1e5  # AKT's clamp of exp(-gamma * dist)
 DROP_LEVELS = 1 << 16  # dropout draws 16 random bits per element: p is rounded to 1 / 65536
 
@@ -475,8 +477,7 @@ class MonotonicMultiHeadAttention(nn.Module):
         return decay_rate(self.gamma.detach())
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
-        B, L, _ = x.shape
-        return x.view(B, L, self.h, self.d // self.h).transpose(1, 2)  # [B, H, L, Dh]
+        return split_heads(x, self.h)  # [B, H, L, Dh]
 
     def forward(
         self,
@@ -495,8 +496,7 @@ class MonotonicMultiHeadAttention(nn.Module):
         v = self.split(self.v_proj(value))
         p = self.dropout if self.training else 0.0
         out, weights = monotonic_attention(q, k, v, self.gamma, mask, p, need_weights)
-        B, H, L, Dh = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(B, L, H * Dh)), weights
+        return self.out_proj(merge_heads(out)), weights
 
 
 class MonotonicLayer(nn.Module):
