@@ -11,6 +11,7 @@ are concatenated, and runs of one (dataset, model) pool over seeds and folds.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -52,31 +53,70 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
             )
         args = data.get("args") or {}
         for r in data["results"]:
-            row = {k: v for k, v in r.items() if k not in NESTED}
-            row.update(
+            # a file of one experiment keeps dataset, fold and preset in its args; a leaderboard
+            # file (several datasets) keeps them in each row, and the row wins
+            row = dict(
                 dataset=dataset_name(args.get("data_dir"), args.get("data_format", "synthetic")),
                 data_format=args.get("data_format", "synthetic"),
                 fold=args.get("fold"),
                 preset=args.get("preset"),
                 protocol=data.get("protocol", ""),
-                file=path.name,
             )
+            row.update({k: v for k, v in r.items() if k not in NESTED})
+            row["file"] = path.name
             rows.append(row)
     first = ["dataset", "model", "fold", "seed"]
     table = pd.DataFrame(rows)
     return table[[c for c in first if c in table] + [c for c in table if c not in first]]
 
 
-def fold_plan(data_format: str, folds: int, seeds: Iterable[int]) -> list[tuple[int | None, int]]:
+def has_fold_files(data_dir: str | Path | None, data_format: str) -> bool:
+    """Whether a folder carries its own folds: line3/line4 `*_train1.csv` (Statics2011 has only
+    train/test files), pykt always (a `fold` column); unknown without a folder."""
+    if data_format == "pykt":
+        return True
+    if data_format in ("line3", "line4"):
+        return data_dir is None or any(Path(data_dir).glob("*_train1.csv"))
+    return False
+
+
+def fold_plan(
+    data_format: str, folds: int, seeds: Iterable[int], data_dir: str | Path | None = None
+) -> list[tuple[int | None, int]]:
     """(fold, seed) of each run: the files' `folds` folds with the first seed where the format
-    has folds (line3/line4: 1..k, pykt: 0..k-1) and folds > 0, else every seed without a fold."""
+    has folds (line3/line4: 1..k, pykt: 0..k-1), folds > 0 and `data_dir` (when given) has the
+    fold files; else every seed without a fold."""
     seeds = list(seeds)
     if not seeds:
         raise ValueError("fold_plan needs at least one seed")
-    if folds > 0 and data_format in FOLD_BASE:
+    if folds > 0 and data_format in FOLD_BASE and has_fold_files(data_dir, data_format):
         base = FOLD_BASE[data_format]
         return [(base + k, seeds[0]) for k in range(folds)]
     return [(None, s) for s in seeds]
+
+
+def run_key(dataset: str, model: str, fold, seed: int, preset: str, settings: dict) -> str:
+    """Identity of one leaderboard run: dataset, model, fold, seed, preset and a short hash of
+    everything else that changes its result (training settings, model overrides, simulator)."""
+    blob = json.dumps(settings, sort_keys=True, default=str).encode()
+    digest = hashlib.sha1(blob).hexdigest()[:10]
+    return f"{dataset}/{model}/fold={fold}/seed={seed}/{preset}/{digest}"
+
+
+def _read_runs(path: Path) -> list[dict]:
+    """Rows of a leaderboard results file ([] when it does not exist yet)."""
+    if not path.exists():
+        return []
+    try:
+        data = json.loads(path.read_text())
+        rows = data["results"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{path}: cannot resume from this results file ({exc}); move it away to start afresh"
+        ) from exc
+    if not isinstance(rows, list) or any(not isinstance(r, dict) for r in rows):
+        raise ValueError(f"{path}: 'results' must be a list of rows to resume from")
+    return rows
 
 
 def run_leaderboard(
@@ -89,24 +129,66 @@ def run_leaderboard(
     simulator: dict | None = None,
     overrides: dict[str, dict] | None = None,
     progress: bool = True,
+    results_file: str | Path | None = None,
 ) -> pd.DataFrame:
     """Train `models` on each (data_dir, data_format) following `fold_plan`; rows as in
     `load_results` (the simulator takes `simulator` keyword arguments, `overrides` maps a model
-    name to config fields for it)."""
+    name to config fields for it).
+
+    With `results_file` the run is resumable: each finished run is appended to that JSON file
+    (atomic rewrite, `load_results` reads it), and runs already in it with the same `run_key`
+    are not trained again. A long profile can so be filled piece by piece (several sessions,
+    or some models on a GPU machine) and read back with `python -m kt_lib.leaderboard FILE`.
+    """
+    from dataclasses import asdict
+
     from tqdm.auto import tqdm
 
+    from .checkpoint import save_json
     from .data import load_bundle
     from .experiment import run_experiment
 
     models = list(models)
     seeds = list(seeds)
-    plan = [(d, f, fold, seed) for d, f in datasets for fold, seed in fold_plan(f, folds, seeds)]
+    plan = [(d, f, fold, seed) for d, f in datasets for fold, seed in fold_plan(f, folds, seeds, d)]
+    path = Path(results_file) if results_file is not None else None
+    stored = _read_runs(path) if path is not None else []
+    done = {r.get("run_key"): r for r in stored if r.get("run_key")}
+    train_settings = {
+        k: v
+        for k, v in asdict(train_config).items()
+        if k not in ("device", "checkpoint", "resume", "progress", "verbose", "eval_batch_size")
+    }
     rows = []
     bar = tqdm(total=len(plan) * len(models), desc="leaderboard", disable=not progress)
     for data_dir, data_format, fold, seed in plan:
         kw = (simulator or {}) if data_format == "synthetic" else {}
+        dataset = dataset_name(data_dir, data_format)
+        keys = {
+            name: run_key(
+                dataset,
+                name,
+                fold,
+                seed,
+                preset,
+                {
+                    "train": train_settings,
+                    "model": (overrides or {}).get(name, {}),
+                    "data": {"format": data_format, **kw},
+                },
+            )
+            for name in models
+        }
+        if all(k in done for k in keys.values()):
+            rows += [done[keys[name]] for name in models]
+            bar.update(len(models))
+            continue
         bundle = load_bundle(data_dir, data_format, fold=fold, seed=seed, **kw)
         for name in models:
+            if keys[name] in done:
+                rows.append(done[keys[name]])
+                bar.update()
+                continue
             bar.set_postfix_str(f"{bundle.name} {name} fold {fold} seed {seed}")
             res = run_experiment(
                 name,
@@ -128,8 +210,15 @@ def run_leaderboard(
                     "data_format": data_format,
                     "preset": preset,
                     "protocol": bundle.protocol,
+                    "run_key": keys[name],
                 }
             )
+            if path is not None:
+                stored.append(rows[-1])
+                done[keys[name]] = rows[-1]
+                save_json(
+                    path, {"args": {"kind": "leaderboard"}, "protocol": "", "results": stored}
+                )
             bar.update()
     bar.close()
     return pd.DataFrame(rows)

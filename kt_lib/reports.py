@@ -215,13 +215,21 @@ def run(
     only: list[str] | None = None,
     out: Path | None = None,
     inplace: bool = False,
+    overrides: dict | None = None,
 ) -> list[dict]:
-    """Execute the selected notebooks (all by default) and render the report."""
+    """Execute the selected notebooks (all by default) and render the report; `overrides`
+    (parameter -> value) go over the profile in every selected notebook that declares them."""
     import papermill as pm
 
     out = out or ROOT / "reports"
     out.mkdir(parents=True, exist_ok=True)
     prof = {} if inplace else load_profile(profile)
+    if overrides:
+        prof = {**prof, "common": {**(prof.get("common") or {}), **overrides}}
+        prof = {
+            k: v if k == "common" or not isinstance(v, dict) else {**v, **overrides}
+            for k, v in prof.items()
+        }
     paths = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
     if only:
         paths = [p for p in paths if any(p.stem.startswith(o) for o in only)]
@@ -278,8 +286,31 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--notebooks", nargs="*", default=None, help="stems or number prefixes")
     r.add_argument("--out", type=Path, default=None)
     r.add_argument("--inplace", action="store_true", help="refresh committed notebooks in place")
+    r.add_argument(
+        "--set",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="parameter overrides (YAML values), e.g. --set threads=1 'models=[dkt, sakt]'",
+    )
     a = p.parse_args(argv)
-    run(a.profile, a.notebooks, a.out, a.inplace)
+    run(a.profile, a.notebooks, a.out, a.inplace, parse_overrides(a.set))
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """`KEY=VALUE` strings to a dict, values read as YAML (`3`, `null`, `[dkt, sakt]`)."""
+    import yaml
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.isidentifier():
+            raise SystemExit(f"--set expects KEY=VALUE with a parameter name, got {item!r}")
+        try:
+            out[key] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise SystemExit(f"--set {key}: {value!r} is not a YAML value ({exc})") from exc
+    return out
 
 
 if __name__ == "__main__":

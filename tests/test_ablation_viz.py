@@ -322,6 +322,10 @@ def test_fold_plan_and_throughput(tmp_path):
     assert lb.fold_plan("pykt", 2, [0]) == [(0, 0), (1, 0)]
     assert lb.fold_plan("synthetic", 5, [0, 1]) == [(None, 0), (None, 1)]
     assert lb.fold_plan("line3", 0, [3]) == [(None, 3)]
+    (tmp_path / "x_train.csv").write_text("")  # a line3 folder without fold files: seeds
+    assert lb.fold_plan("line3", 5, [0, 1], tmp_path) == [(None, 0), (None, 1)]
+    (tmp_path / "x_train1.csv").write_text("")
+    assert lb.fold_plan("line3", 2, [0, 1], tmp_path) == [(1, 0), (2, 0)]
     assert lb.throughput(tmp_path / "missing.json").empty
     bench = tmp_path / "models.json"
     bench.write_text(
@@ -404,3 +408,76 @@ def test_profile_reaches_parameters_papermill_cannot_parse():
     assert "binary_data_dir" not in params and "configs" not in params
     gpcm = reports.notebook_params(full, root / "notebooks" / "07_train_ordinal_gpcm.ipynb")
     assert gpcm["data_dir"] is None and gpcm["binary_data_dir"] == "../shared/data/assist2009"
+
+
+def test_leaderboard_resumes_from_its_results_file(tmp_path, monkeypatch):
+    """Finished runs are written as they end; a rerun trains only what is missing, a changed
+    setting trains again, and the file reads back through load_results."""
+    import kt_lib.experiment as experiment
+
+    sim = dict(num_students=30, seq_len=10, num_c=4)
+    path = tmp_path / "board.json"
+    calls = []
+    real = experiment.run_experiment
+
+    def counting(name, *args, **kw):
+        calls.append(name)
+        return real(name, *args, **kw)
+
+    monkeypatch.setattr(experiment, "run_experiment", counting)
+    first = lb.run_leaderboard(
+        [(None, "synthetic")],
+        ["dkt"],
+        TINY_TRAIN,
+        seeds=[0, 1],
+        simulator=sim,
+        progress=False,
+        results_file=path,
+    )
+    assert calls == ["dkt", "dkt"] and len(first) == 2
+    again = lb.run_leaderboard(
+        [(None, "synthetic")],
+        ["dkt", "sakt"],
+        TINY_TRAIN,
+        seeds=[0, 1],
+        simulator=sim,
+        progress=False,
+        results_file=path,
+    )
+    assert calls == ["dkt", "dkt", "sakt", "sakt"]  # the dkt runs came from the file
+    assert again[again.model == "dkt"]["test_auc"].tolist() == first["test_auc"].tolist()
+    from dataclasses import replace
+
+    lb.run_leaderboard(
+        [(None, "synthetic")],
+        ["dkt"],
+        replace(TINY_TRAIN, lr=5e-3),
+        seeds=[0],
+        simulator=sim,
+        progress=False,
+        results_file=path,
+    )
+    assert calls[-1] == "dkt" and len(calls) == 5  # another lr is another run
+    table = lb.load_results(path)
+    assert len(table) == 5 and set(table["dataset"]) == {"synthetic"}
+    assert table["run_key"].is_unique and table["preset"].eq("tiny").all()
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="cannot resume"):
+        lb.run_leaderboard(
+            [(None, "synthetic")],
+            ["dkt"],
+            TINY_TRAIN,
+            simulator=sim,
+            progress=False,
+            results_file=path,
+        )
+
+
+def test_report_overrides_parse_as_yaml():
+    assert reports.parse_overrides(["threads=1", "models=[dkt, sakt]", "x=null"]) == {
+        "threads": 1,
+        "models": ["dkt", "sakt"],
+        "x": None,
+    }
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        reports.parse_overrides(["models"])
