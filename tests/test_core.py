@@ -195,38 +195,56 @@ def test_sakt_seed_example_reads_the_whole_history():
     assert len(probs) == 3  # every past response moves the prediction for qry=[4]
 
 
-@pytest.mark.parametrize("mask_kind", ["none", "strict", "batch"])
-def test_training_attention_dropout_matches_plain_autograd(mask_kind):
-    """The fused softmax-dropout attention equals the plain chain with the same keep draws."""
-    from kt_lib.nn.monotonic import draw_keep
+@pytest.mark.parametrize("mask_kind", ["none", "strict", "batch", "long"])
+def test_training_attention_dropout_matches_plain_autograd(mask_kind, monkeypatch):
+    """The fused softmax-dropout attention (query blocks, batch chunks) equals the plain chain
+    with the same keep draws, outputs and gradients."""
+    import kt_lib.nn.attention as attention_mod
+    from kt_lib.nn.monotonic import _query_blocks, draw_keep
 
+    draws = []
+
+    def recording(out, p):  # the kernel draws one keep mask per query block, in block order
+        scale = draw_keep(out, p)
+        draws.append(out.clone())
+        return scale
+
+    monkeypatch.setattr(attention_mod, "draw_keep", recording)
     torch.manual_seed(0)
     B, H, L, Dh, p = 3, 2, 7, 4, 0.3
+    if mask_kind == "long":  # several query blocks and several batch chunks per block
+        B, L = 5, 150
+        monkeypatch.setattr(attention_mod, "_chunks", lambda n, per: (2, [(0, 2), (2, 4), (4, 5)]))
     q, k, v = (torch.randn(B, H, L, Dh, dtype=torch.float64, requires_grad=True) for _ in "qkv")
     mask = {
         "none": None,
         "strict": causal_mask(L, strict=True),
         "batch": torch.rand(B, 1, L, L) > 0.4,
+        "long": causal_mask(L, strict=True),
     }[mask_kind]
-    torch.manual_seed(5)
     out, _ = attend(q, k, v, mask, dropout=p)
-    torch.manual_seed(5)  # the reference draws the same keep mask
+    blocks = [(0, L, L)] if mask is None else _query_blocks(mask.reshape(-1, L, L))
+    if mask_kind == "long":
+        assert len(blocks) == 3 and blocks[0][2] < L  # early blocks skip late keys
+    keep = torch.zeros(B, H, L, L, dtype=torch.float64)
+    for (l0, l1, s1), drawn in zip(blocks, draws, strict=True):
+        keep[:, :, l0:l1, :s1] = drawn
     s = q @ k.transpose(-2, -1) / Dh**0.5
     has_key = torch.ones(1, dtype=torch.bool) if mask is None else mask.any(-1, keepdim=True)
     if mask is not None:
         s = s.masked_fill(~(mask | ~has_key), float("-inf"))
     w = s.softmax(-1)
-    keep = torch.empty(torch.broadcast_shapes(w.shape), dtype=torch.bool)
-    scale = draw_keep(keep, p)
+    scale = 1 / (1 - round(p * 65536) / 65536)
     ref = ((w * keep * scale) @ v) * has_key
-    assert 0.5 < keep.float().mean() < 0.9
+    visible = w > 0 if mask is None else (mask & has_key).expand_as(w)
+    assert 0.5 < keep[visible].mean() < 0.9
     torch.testing.assert_close(out, ref)
     g = torch.randn_like(out)
     mine = torch.autograd.grad((out * g).sum(), (q, k, v))
     plain = torch.autograd.grad((ref * g).sum(), (q, k, v))
     for a, b in zip(mine, plain, strict=True):
         torch.testing.assert_close(a, b)
-    if mask_kind == "strict":
+    if mask is not None and mask_kind != "batch":
         assert (out[:, :, 0] == 0).all()  # a row without keys outputs zeros, never NaN
 
 
