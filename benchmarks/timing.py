@@ -24,6 +24,9 @@ def median_seconds(fn, repeats: int, device: str = "cpu") -> float:
 
 def step_and_inference_seconds(model, batch, repeats: int, device: str = "cpu"):
     """(training step, inference pass) medians: AdamW step on `model.loss`, then no-grad forward."""
+    from kt_lib.runtime import keep_freed_memory
+
+    keep_freed_memory()  # as fit() does by default (TrainConfig.keep_freed_memory)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def step():

@@ -157,7 +157,16 @@ def run_leaderboard(
     train_settings = {
         k: v
         for k, v in asdict(train_config).items()
-        if k not in ("device", "checkpoint", "resume", "progress", "verbose", "eval_batch_size")
+        if k
+        not in (
+            "device",
+            "checkpoint",
+            "resume",
+            "progress",
+            "verbose",
+            "eval_batch_size",
+            "keep_freed_memory",
+        )
     }
     rows = []
     bar = tqdm(total=len(plan) * len(models), desc="leaderboard", disable=not progress)

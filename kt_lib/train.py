@@ -23,6 +23,7 @@ from .config import require
 from .data.dataset import BatchLoader, KTDataset
 from .metrics import binary_metrics, ordinal_metrics
 from .models.base import KTModel
+from .runtime import keep_freed_memory
 
 
 @dataclass
@@ -45,6 +46,7 @@ class TrainConfig:
     verbose: bool = False  # print one line per epoch (batch runs, logs)
     metric: str | None = None  # early-stopping metric; None: "auc" if K = 2, else "qwk"
     bucket: int = 50  # length-bucketed batches in pools of this many (0: plain); see BatchLoader
+    keep_freed_memory: bool = True  # glibc: reuse freed large blocks, no page faults (runtime.py)
 
     def validate(self) -> None:
         require(self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}")
@@ -158,6 +160,8 @@ def fit(
     """Train with early stopping on the validation metric; returns the best model and history."""
     cfg = TrainConfig(**{**asdict(config or TrainConfig()), **overrides})
     cfg.validate()
+    if cfg.keep_freed_memory and cfg.device == "cpu":
+        keep_freed_memory()
     metric = cfg.metric or ("qwk" if model.ordinal and model.config.K > 2 else "auc")
     model.to(cfg.device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -288,3 +290,16 @@ def test_per_question_evaluation_drops_repeated_rows_of_a_problem():
     again = [StudentSeq(0, np.array([1, 1, 2]), np.array([0, 1, 1]), np.array([7, 7, 7]))]
     retry = evaluate(model, KTDataset(again, num_c=5, num_pid=30))  # 7 twice with skill 1: a retry
     assert retry["rows_merged"] == 1 and retry["n"] == 2
+
+
+def test_keep_freed_memory_applies_once_on_glibc():
+    import platform
+
+    from kt_lib import runtime
+
+    expected = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    assert runtime.keep_freed_memory() is expected
+    assert runtime.keep_freed_memory() is expected  # idempotent
+    x = torch.ones(64 << 20 >> 2)  # 64 MB: above glibc's default mmap threshold
+    del x
+    assert torch.ones(8).sum() == 8  # allocation still works after the settings
