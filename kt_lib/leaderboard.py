@@ -11,6 +11,7 @@ are concatenated, and runs of one (dataset, model) pool over seeds and folds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -119,6 +120,39 @@ def _read_runs(path: Path) -> list[dict]:
     return rows
 
 
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive lock on `<path>.lock` (POSIX; no lock where fcntl is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: one writer at a time is the user's business
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def add_runs(path: str | Path, new_rows: Iterable[dict]) -> int:
+    """Merge rows into a leaderboard results file by `run_key` (a new row replaces one with the
+    same key), under a file lock and with an atomic rewrite, so several processes can fill one
+    file. Returns the number of rows in the file."""
+    from .checkpoint import save_json
+
+    path = Path(path)
+    with _locked(path):
+        merged = {}
+        for r in [*_read_runs(path), *new_rows]:
+            merged[r.get("run_key") or f"unkeyed-{len(merged)}"] = r
+        rows = list(merged.values())
+        save_json(path, {"args": {"kind": "leaderboard"}, "protocol": "", "results": rows})
+    return len(rows)
+
+
 def run_leaderboard(
     datasets: Iterable[tuple[str | None, str]],
     models: Iterable[str],
@@ -144,7 +178,6 @@ def run_leaderboard(
 
     from tqdm.auto import tqdm
 
-    from .checkpoint import save_json
     from .data import load_bundle
     from .experiment import run_experiment
 
@@ -152,8 +185,7 @@ def run_leaderboard(
     seeds = list(seeds)
     plan = [(d, f, fold, seed) for d, f in datasets for fold, seed in fold_plan(f, folds, seeds, d)]
     path = Path(results_file) if results_file is not None else None
-    stored = _read_runs(path) if path is not None else []
-    done = {r.get("run_key"): r for r in stored if r.get("run_key")}
+    done = {r.get("run_key"): r for r in (_read_runs(path) if path else []) if r.get("run_key")}
     train_settings = {
         k: v
         for k, v in asdict(train_config).items()
@@ -223,11 +255,8 @@ def run_leaderboard(
                 }
             )
             if path is not None:
-                stored.append(rows[-1])
                 done[keys[name]] = rows[-1]
-                save_json(
-                    path, {"args": {"kind": "leaderboard"}, "protocol": "", "results": stored}
-                )
+                add_runs(path, [rows[-1]])
             bar.update()
     bar.close()
     return pd.DataFrame(rows)
@@ -346,7 +375,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--metrics", nargs="+", default=list(METRICS))
     p.add_argument("--digits", type=int, default=4)
     p.add_argument("--no-published", action="store_true", help="leave out the published AUCs")
+    p.add_argument(
+        "--merge-into",
+        default=None,
+        metavar="OUT",
+        help="first merge the files' leaderboard runs into OUT by run_key (e.g. runs filled in "
+        "separate files, into the full profile's resume file), then print OUT's table",
+    )
     a = p.parse_args(argv)
+    if a.merge_into:
+        rows = [r for f in a.files if Path(f) != Path(a.merge_into) for r in _read_runs(Path(f))]
+        if any(not r.get("run_key") for r in rows):
+            raise SystemExit("--merge-into takes leaderboard files (rows with a run_key) only")
+        n = add_runs(a.merge_into, rows)
+        print(f"{a.merge_into}: {n} runs")
+        a.files = [a.merge_into]
     table = load_results(a.files)
     board = leaderboard(table, a.metrics, a.digits, published=not a.no_published)
     print(to_markdown(board))

@@ -461,6 +461,28 @@ def test_leaderboard_resumes_from_its_results_file(tmp_path, monkeypatch):
     table = lb.load_results(path)
     assert len(table) == 5 and set(table["dataset"]) == {"synthetic"}
     assert table["run_key"].is_unique and table["preset"].eq("tiny").all()
+    other = tmp_path / "other.json"  # runs filled in a separate file (another process)
+    lb.run_leaderboard(
+        [(None, "synthetic")],
+        ["dkt"],
+        TINY_TRAIN,
+        seeds=[2],
+        simulator=sim,
+        progress=False,
+        results_file=other,
+    )
+    assert lb.add_runs(path, lb._read_runs(path)) == 5  # same keys: nothing doubles
+    lb.main([str(other), "--merge-into", str(path)])
+    merged = lb.load_results(path)
+    assert len(merged) == 6 and sorted(merged["seed"].tolist()) == [0, 0, 0, 1, 1, 2]
+    with pytest.raises(SystemExit, match="run_key"):
+        lb.main(
+            [
+                str(_results_file(tmp_path / "plain.json", None, None, [0.6])),
+                "--merge-into",
+                str(path),
+            ]
+        )
     path.write_text("{not json")
     with pytest.raises(ValueError, match="cannot resume"):
         lb.run_leaderboard(
