@@ -235,6 +235,11 @@ def run(
         paths = [p for p in paths if any(p.stem.startswith(o) for o in only)]
         if not paths:
             raise SystemExit(f"no notebook matches {only}")
+    if overrides:  # a misspelt parameter must not be dropped silently
+        declared = set().union(*(notebook_params(prof, path) for path in paths))
+        unknown = sorted(set(overrides) - declared)
+        if unknown:
+            raise SystemExit(f"--set {unknown}: no selected notebook declares these parameters")
     runs = []
     for path in paths:
         params = notebook_params(prof, path)

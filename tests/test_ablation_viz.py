@@ -503,3 +503,5 @@ def test_report_overrides_parse_as_yaml():
     }
     with pytest.raises(SystemExit, match="KEY=VALUE"):
         reports.parse_overrides(["models"])
+    with pytest.raises(SystemExit, match="modles"):  # a misspelt parameter is not dropped
+        reports.run("quick", ["10"], overrides={"modles": ["dkt"]})
