@@ -48,6 +48,15 @@ def _qkv(B=3, H=4, L=9, Dh=5, dtype=torch.float64, seed=0):
     return make(B, H, L, Dh), make(B, H, L, Dh), make(B, H, L, Dh), make(H)
 
 
+def _assert_same_grads(out, ref, inputs, names="q k v gamma"):
+    """Gradients of `out` and `ref` w.r.t. `inputs` agree for one random upstream gradient."""
+    g = torch.randn_like(out)
+    got = torch.autograd.grad(out, inputs, g)
+    want = torch.autograd.grad(ref, inputs, g)
+    for name, a, b in zip(names.split(), got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=name)
+
+
 @pytest.mark.parametrize("strict", [False, True])
 @pytest.mark.parametrize("chunk_rows, query_block", [(None, None), (1, 4), (2, 1), (None, 3)])
 def test_monotonic_matches_akt_formula_and_gradients(strict, chunk_rows, query_block, monkeypatch):
@@ -63,11 +72,7 @@ def test_monotonic_matches_akt_formula_and_gradients(strict, chunk_rows, query_b
     # turns a 1e-16 remainder into 1e-8, so compare at 1e-6
     torch.testing.assert_close(out, ref_out, rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(w.decayed, ref_w, rtol=1e-6, atol=1e-7)
-    g = torch.randn_like(out)
-    ref_grads = torch.autograd.grad(ref_out, (q, k, v, gamma), g)
-    grads = torch.autograd.grad(out, (q, k, v, gamma), g)
-    for name, a, b in zip("q k v gamma".split(), grads, ref_grads, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=name)
+    _assert_same_grads(out, ref_out, (q, k, v, gamma))
 
 
 def test_masked_keys_have_exactly_zero_weight_and_rows_sum_to_one():
@@ -130,11 +135,7 @@ def test_dropout_forward_and_gradients_match_akt_formula():
     ref = (w * F.pad(keep, (0, 1)) * scale) @ v
     torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-7)
     assert (out[:, :, 0] == 0).all()
-    g = torch.randn_like(out)
-    got = torch.autograd.grad(out, (q, k, v, gamma), g)
-    want = torch.autograd.grad(ref, (q, k, v, gamma), g)
-    for name, a, b in zip("q k v gamma".split(), got, want, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=name)
+    _assert_same_grads(out, ref, (q, k, v, gamma))
 
 
 def test_fast_dropout_rate_scale_and_gradients():

@@ -14,7 +14,6 @@ shifted right behind a start token) get their key labels from `key_labels`.
 
 from __future__ import annotations
 
-import math
 import re
 
 import matplotlib.pyplot as plt
@@ -25,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..data.dataset import Batch, BatchLoader, KTDataset
+from .common import attention_heatmap, panel_grid
 
 HEAD = re.compile(r"h\d+")
 CORRECT, WRONG = "\u2713", "\u2717"  # check mark, ballot x
@@ -136,34 +136,6 @@ def default_layer(maps: dict[str, np.ndarray]) -> str | None:
 # --- heatmaps -------------------------------------------------------------------------------
 
 
-def _heatmap(ax, w, rows, cols, title, vmax=None, cbar=False):
-    sns.heatmap(
-        w,
-        cmap="viridis",
-        vmin=0,
-        vmax=vmax,
-        cbar=cbar,
-        ax=ax,
-        xticklabels=cols if cols is not None else False,
-        yticklabels=rows if rows is not None else False,
-    )
-    ax.set_title(title, fontsize=9)
-    ax.tick_params(labelsize=6, length=0)
-    ax.set_xlabel("key")
-    ax.set_ylabel("query step")
-
-
-def _grid(n: int, ncols: int, size: tuple[float, float]):
-    ncols = max(1, min(ncols, n))
-    nrows = math.ceil(n / ncols)
-    fig, axes = plt.subplots(
-        nrows, ncols, squeeze=False, figsize=(size[0] * ncols, size[1] * nrows)
-    )
-    for ax in list(axes.flat)[n:]:
-        ax.axis("off")
-    return fig, list(axes.flat)
-
-
 def _crop(labels, n):
     return None if labels is None else list(labels)[:n]
 
@@ -185,7 +157,7 @@ def plot_maps(
     """
     if not panels:
         raise ValueError("nothing to draw: no attention maps (a model without attention?)")
-    fig, axes = _grid(len(panels), ncols, size)
+    fig, axes = panel_grid(len(panels), ncols, size)
     vmax = max(float(w.max()) for w in panels.values()) if shared_scale else None
     for ax, (name, w) in zip(axes, panels.items(), strict=False):
         n = w.shape[0] if max_steps is None else min(max_steps, w.shape[0])
@@ -193,7 +165,7 @@ def plot_maps(
         w = w[:n, :n] if square else w[:n]
         kl = key_labels.get(name) if isinstance(key_labels, dict) else key_labels
         cols = _crop(kl if kl is not None else (labels if square else None), w.shape[1])
-        _heatmap(ax, w, _crop(labels, n), cols, name, vmax)
+        attention_heatmap(ax, w, name, _crop(labels, n), cols, vmax)
     if suptitle:
         fig.suptitle(suptitle)
     fig.tight_layout()
@@ -259,11 +231,11 @@ def plot_side_by_side(
     }
     rows = labels if not isinstance(labels, dict) else next(iter(labels.values()), None)
     n = len(panels) + len(missing)
-    fig, axes = _grid(n, ncols, (3.6, 3.4))
+    fig, axes = panel_grid(n, ncols, (3.6, 3.4))
     for ax, (name, w) in zip(axes, panels.items(), strict=False):
         k = w.shape[0] if max_steps is None else min(max_steps, w.shape[0])
         cols = keyed.get(name, rows)
-        _heatmap(ax, w[:k, :k], _crop(rows, k), _crop(cols, k), name)
+        attention_heatmap(ax, w[:k, :k], name, _crop(rows, k), _crop(cols, k))
     for ax, model in zip(axes[len(panels) :], missing, strict=False):
         ax.axis("on")
         ax.set_xticks([])
@@ -313,7 +285,7 @@ def plot_decay_curves(
     if not rates:
         raise ValueError("no decay parameters: the model has no monotonic attention")
     table = decay_curves(rates, max_distance)
-    fig, axes = _grid(len(rates), ncols, (3.6, 3.0))
+    fig, axes = panel_grid(len(rates), ncols, (3.6, 3.0))
     for ax, layer in zip(axes, rates, strict=False):
         sns.lineplot(table[table.layer == layer], x="distance", y="factor", hue="head", ax=ax)
         ax.set(title=layer, xlabel="distance d", ylabel="exp(-theta d)")
@@ -410,7 +382,7 @@ def plot_memory_attention(
     palette = dict(
         zip(archetypes, sns.color_palette(n_colors=max(len(archetypes), 1)), strict=False)
     )
-    fig, axes = _grid(len(names), ncols, (4.2, 3.2))
+    fig, axes = panel_grid(len(names), ncols, (4.2, 3.2))
     for ax, key in zip(axes, names, strict=False):
         t = table[table["map"] == key].nlargest(top, "weight")
         hue = None
@@ -499,7 +471,7 @@ def plot_archetype_affinity(affinity: pd.DataFrame, ncols: int = 3):
     if affinity.empty:
         raise ValueError("empty affinity table (no inter-student head over students?)")
     maps = list(affinity["map"].unique())
-    fig, axes = _grid(len(maps), ncols, (4.4, 3.6))
+    fig, axes = panel_grid(len(maps), ncols, (4.4, 3.6))
     for ax, key in zip(axes, maps, strict=False):
         m = affinity[affinity["map"] == key].pivot(index="true", columns="attended", values="mass")
         sns.heatmap(m, annot=True, fmt=".2f", cmap="mako", vmin=0, cbar=False, ax=ax)

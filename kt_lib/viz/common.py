@@ -107,3 +107,45 @@ def mean_std(table: pd.DataFrame, by: str | list[str], metrics: list[str]) -> pd
     g = table.groupby(by)[metrics]
     mean, std = g.mean(), g.std().fillna(0.0)
     return mean.round(4).astype(str) + " ± " + std.round(4).astype(str)
+
+
+def panel_grid(n: int, ncols: int, size: tuple[float, float]):
+    """(figure, first n axes) of a grid of at most `ncols` columns, `size` per panel; spare
+    panels are switched off."""
+    ncols = max(1, min(ncols, n))
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(
+        nrows, ncols, squeeze=False, figsize=(size[0] * ncols, size[1] * nrows)
+    )
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    return fig, list(axes.flat)
+
+
+def attention_heatmap(
+    ax,
+    w,
+    title: str,
+    rows=None,
+    cols=None,
+    vmax=None,
+    cbar: bool = False,
+    square: bool = False,
+    xlabel: str = "key",
+    fontsize: float | None = 9,
+):
+    """One [query, key] weight map (viridis from 0), tick labels when given, else none."""
+    sns.heatmap(
+        w,
+        cmap="viridis",
+        vmin=0,
+        vmax=vmax,
+        cbar=cbar,
+        square=square,
+        ax=ax,
+        xticklabels=cols if cols is not None else False,
+        yticklabels=rows if rows is not None else False,
+    )
+    ax.set_title(title, fontsize=fontsize)
+    ax.tick_params(labelsize=6, length=0)
+    ax.set(xlabel=xlabel, ylabel="query step")

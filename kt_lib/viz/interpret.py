@@ -17,6 +17,8 @@ import seaborn as sns
 import torch
 from scipy.stats import pearsonr
 
+from .common import attention_heatmap
+
 
 def pearson(a, b) -> float:
     """Pearson r (NaN when either side is constant or has fewer than 3 points)."""
@@ -74,18 +76,9 @@ def plot_attention_decay(
     which = "mean over heads" if head is None else f"head {head}"
     vmax = max(plain.max(), decayed.max())
     for ax, w, name in ((axes[0], plain, "without decay"), (axes[1], decayed, "with decay")):
-        sns.heatmap(
-            w,
-            cmap="viridis",
-            vmin=0,
-            vmax=vmax,
-            square=True,
-            cbar=False,
-            ax=ax,
-            xticklabels=False,
-            yticklabels=False,
+        attention_heatmap(
+            ax, w, f"{layer}: {name}", vmax=vmax, square=True, xlabel="key step", fontsize=None
         )
-        ax.set(title=f"{layer}: {name}", xlabel="key step", ylabel="query step")
     diff = decayed - plain
     lim = float(np.abs(diff).max()) or 1.0
     sns.heatmap(

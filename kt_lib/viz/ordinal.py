@@ -5,13 +5,13 @@
 
 from __future__ import annotations
 
-import math
-
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
 import torch
+
+from .common import attention_heatmap, panel_grid
 
 
 def plot_confusion(cm: np.ndarray, normalize: bool = True, title: str = "confusion", ax=None):
@@ -82,31 +82,13 @@ def plot_attention_maps(
 ):
     """Head-averaged attention heatmaps (query step vs key step) of one sequence per map."""
     names = list(maps)[:max_maps]
-    nrows = math.ceil(len(names) / ncols)
-    fig, axes = plt.subplots(
-        nrows,
-        min(ncols, len(names)),
-        squeeze=False,
-        figsize=(3.2 * min(ncols, len(names)), 3.0 * nrows),
-    )
-    for ax, name in zip(axes.flat, names, strict=False):
+    fig, axes = panel_grid(len(names), ncols, (3.2, 3.0))
+    for ax, name in zip(axes, names, strict=False):
         w = maps[name].detach().float().cpu()
         w = w[index] if w.dim() >= 3 else w  # [H, L, S] or [L, S]
         w = w.mean(0) if w.dim() == 3 else w
         if length is not None:
             w = w[:length, :length]
-        sns.heatmap(
-            w.numpy(),
-            cmap="viridis",
-            vmin=0,
-            cbar=False,
-            square=True,
-            ax=ax,
-            xticklabels=False,
-            yticklabels=False,
-        )
-        ax.set(title=name, xlabel="key step", ylabel="query step")
-    for ax in list(axes.flat)[len(names) :]:
-        ax.axis("off")
+        attention_heatmap(ax, w.numpy(), name, square=True, xlabel="key step", fontsize=None)
     fig.tight_layout()
     return fig
