@@ -1,4 +1,4 @@
-"""Process-level settings that make CPU training faster.
+"""Process-level settings: faster CPU memory reuse, and the numeric precision of training.
 
 `keep_freed_memory()`: glibc's malloc serves allocations above its mmap threshold (at most 32 MB,
 adjusted at run time) with fresh `mmap` pages and gives them back on free, so every step of a
@@ -12,9 +12,12 @@ library is not glibc (macOS, Windows, musl).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import sys
+
+import torch
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (glibc malloc.h)
 MMAP_THRESHOLD = 1 << 30  # allocations below 1 GiB come from the heap and are reused
@@ -38,3 +41,32 @@ def keep_freed_memory() -> bool:
                 mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
             )
     return _applied
+
+
+PRECISIONS = ("fp32", "tf32", "bf16")
+
+
+def resolve_precision(precision: str | None, device: str) -> str:
+    """`precision` checked, or the device's default: tf32 on CUDA, fp32 elsewhere."""
+    if precision is None:
+        return "tf32" if str(device).startswith("cuda") else "fp32"
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS} or None, got {precision!r}")
+    return precision
+
+
+@contextlib.contextmanager
+def precision_context(precision: str | None, device: str):
+    """Run the block at `precision`: fp32 (full float32 matrix products), tf32 (float32 with
+    TensorFloat-32 matrix products on CUDA; on CPU the same as fp32) or bf16 (autocast to
+    bfloat16 on the device, float32 master weights; attention softmax chains stay float32).
+    The previous matmul precision is restored afterwards."""
+    precision = resolve_precision(precision, device)
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest" if precision == "fp32" else "high")
+    try:
+        kind = torch.device(device).type
+        with torch.autocast(kind, torch.bfloat16, enabled=precision == "bf16"):
+            yield precision
+    finally:
+        torch.set_float32_matmul_precision(before)

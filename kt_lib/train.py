@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -18,12 +20,13 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .checkpoint import load_json, load_tensors, save_json, save_model
-from .config import require
+from .checkpoint import load_checkpoint, save_json, save_model
+from .config import from_dict, require
 from .data.dataset import BatchLoader, KTDataset
 from .metrics import binary_metrics, ordinal_metrics
 from .models.base import KTModel
-from .runtime import keep_freed_memory
+from .nn.backend import check_backend, use_backend
+from .runtime import keep_freed_memory, precision_context, resolve_precision
 
 
 @dataclass
@@ -47,14 +50,43 @@ class TrainConfig:
     metric: str | None = None  # early-stopping metric; None: "auc" if K = 2, else "qwk"
     bucket: int = 50  # length-bucketed batches in pools of this many (0: plain); see BatchLoader
     keep_freed_memory: bool = True  # glibc: reuse freed large blocks, no page faults (runtime.py)
+    precision: str | None = None  # fp32 | tf32 | bf16 (autocast); None: tf32 on CUDA, else fp32
+    compile: bool = False  # torch.compile the model (see README: measured, off by default)
+    backend: str | None = None  # attention backend: reference | cpu | cuda; None: by device
 
     def validate(self) -> None:
-        require(self.epochs >= 1, f"epochs must be >= 1, got {self.epochs}")
-        require(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
-        require(self.lr > 0, f"lr must be > 0, got {self.lr}")
-        require(self.patience >= 1, f"patience must be >= 1, got {self.patience}")
-        require(self.bucket >= 0, f"bucket must be >= 0, got {self.bucket}")
+        """Ranges of every field, before any work (`fit` checks the types first, by `from_dict`)."""
+        finite = lambda x: x is not None and math.isfinite(x)  # noqa: E731
+        require(self.epochs >= 1, f"TrainConfig.epochs must be >= 1, got {self.epochs}")
+        for name in ("batch_size", "eval_batch_size", "max_len", "patience"):
+            v = getattr(self, name)
+            require(v >= 1, f"TrainConfig.{name} must be >= 1, got {v}")
+        require(
+            finite(self.lr) and self.lr > 0, f"TrainConfig.lr must be finite > 0, got {self.lr}"
+        )
+        wd = self.weight_decay
+        require(finite(wd) and wd >= 0, f"TrainConfig.weight_decay must be finite >= 0, got {wd}")
+        clip = self.grad_clip
+        require(
+            clip is None or (finite(clip) and clip > 0),
+            f"TrainConfig.grad_clip must be None (no clipping) or finite > 0, got {clip}",
+        )
+        require(self.bucket >= 0, f"TrainConfig.bucket must be >= 0, got {self.bucket}")
+        require(
+            self.metric is None or self.metric in STOPPING_METRICS,
+            f"TrainConfig.metric must be None or one of {STOPPING_METRICS}, got {self.metric!r}",
+        )
+        try:
+            torch.device(self.device)
+        except (RuntimeError, ValueError) as exc:
+            raise ValueError(f"TrainConfig.device: {exc}") from exc
+        resolve_precision(self.precision, self.device)
+        check_backend(self.backend)
         require(not self.resume or self.checkpoint, "resume=True needs a checkpoint prefix")
+
+
+# early-stopping metrics (higher is better); "auc"/"acc" for binary, "qwk"/"acc"/... for ordinal
+STOPPING_METRICS = ("auc", "acc", "qwk", "ordinal_acc", "macro_f1")
 
 
 @dataclass
@@ -76,25 +108,25 @@ def predict(
     with problem ids)."""
     was_training = model.training
     model.eval()
-    ys, ps, uids, steps, qs, pids = [], [], [], [], [], []
+    cols: dict[str, list[torch.Tensor]] = {k: [] for k in ("y_true", "prob", "uid", "step", "q")}
     for batch in BatchLoader(data, batch_size, max_len, shuffle=False):
-        batch = batch.to(device)
+        batch = batch.to(device, non_blocking=True)
         prob = model.probabilities(model(batch))
         m = batch.mask
-        ys.append(batch.r[m].cpu())
-        ps.append(prob[m].float().cpu())
-        uids.append(batch.uid.unsqueeze(1).expand_as(m)[m].cpu())
         pos = batch.start.unsqueeze(1) + torch.arange(m.shape[1], device=m.device)
-        steps.append(pos[m].cpu())
-        qs.append(batch.q[m].cpu())
+        rows = {
+            "y_true": batch.r,
+            "prob": prob.float(),
+            "uid": batch.uid.unsqueeze(1).expand_as(m),
+            "step": pos,
+            "q": batch.q,
+        }
         if batch.pid is not None:
-            pids.append(batch.pid[m].cpu())
+            rows["pid"] = batch.pid
+        for k, v in rows.items():  # stays on the device: one copy to the host at the end
+            cols.setdefault(k, []).append(v[m])
     model.train(was_training)
-    cat = lambda xs: torch.cat(xs).numpy()  # noqa: E731
-    out = {"y_true": cat(ys), "prob": cat(ps), "uid": cat(uids), "step": cat(steps), "q": cat(qs)}
-    if pids:
-        out["pid"] = cat(pids)
-    return out
+    return {k: torch.cat(v).cpu().numpy() for k, v in cols.items() if v}
 
 
 def question_rows(pred: dict[str, np.ndarray]) -> np.ndarray:
@@ -146,6 +178,22 @@ def seeded(seed: int):
         yield
 
 
+PROGRESS_EVERY = 20  # steps between progress-bar loss updates (each one syncs with the GPU)
+
+
+def _check_splits(train: KTDataset, valid: KTDataset, metric: str) -> None:
+    """Refuse, before any epoch, splits that cannot train or select a model."""
+    require(len(train) > 0, "the training split holds no student")
+    require(len(valid) > 0, "the validation split holds no student: early stopping needs one")
+    if metric == "auc":
+        seen = np.unique(np.concatenate([np.unique(s.r) for s in valid.students]))
+        require(
+            len(seen) > 1,
+            f"the validation split holds only responses {seen.tolist()}: AUC is undefined "
+            "there; use a larger validation split or TrainConfig.metric='acc'",
+        )
+
+
 def _prefix(cfg: TrainConfig, kind: str) -> Path:
     return Path(f"{cfg.checkpoint}_{kind}")
 
@@ -158,26 +206,28 @@ def fit(
     **overrides,
 ) -> FitResult:
     """Train with early stopping on the validation metric; returns the best model and history."""
-    cfg = TrainConfig(**{**asdict(config or TrainConfig()), **overrides})
-    cfg.validate()
+    # types and ranges of every field checked before any work (errors name the field)
+    cfg = from_dict(TrainConfig, {**asdict(config or TrainConfig()), **overrides}, "TrainConfig")
+    metric = cfg.metric or ("qwk" if model.ordinal and model.config.K > 2 else "auc")
+    _check_splits(train, valid, metric)
     if cfg.keep_freed_memory and cfg.device == "cpu":
         keep_freed_memory()
-    metric = cfg.metric or ("qwk" if model.ordinal and model.config.K > 2 else "auc")
     model.to(cfg.device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     loader = BatchLoader(
         train, cfg.batch_size, cfg.max_len, shuffle=True, seed=cfg.seed, bucket=cfg.bucket
     )
+    step = torch.compile(model) if cfg.compile else model
+    cuda = torch.device(cfg.device).type == "cuda"
     rows: list[dict] = []
     best = {"metric": -np.inf, "epoch": -1, "state": None}
     start_epoch, waited = 0, 0
     t0 = time.perf_counter()
 
-    with seeded(cfg.seed):
+    with seeded(cfg.seed), use_backend(cfg.backend), precision_context(cfg.precision, cfg.device):
         model.prepare(train)
         if cfg.resume and _prefix(cfg, "last").with_suffix(".json").exists():
-            tensors = load_tensors(_prefix(cfg, "last").with_suffix(".pt"), cfg.device)
-            meta = load_json(_prefix(cfg, "last").with_suffix(".json"))
+            meta, tensors = load_checkpoint(_prefix(cfg, "last"), cfg.device)  # hash-checked
             model.load_state_dict(tensors["model"])
             model.load_extra_state(tensors.get("extra", {}))
             opt.load_state_dict(tensors["optimizer"])
@@ -190,35 +240,44 @@ def fit(
             model.train()
             model.on_epoch_start(epoch, train)
             loader.set_epoch(epoch)
-            sums: dict[str, float] = {}
+            if cuda:
+                torch.cuda.reset_peak_memory_stats(cfg.device)
+            sums: dict[str, torch.Tensor] = {}  # on the device: no host sync per step
             bar = tqdm(loader, desc=f"epoch {epoch}", disable=not cfg.progress, leave=False)
             te = time.perf_counter()
-            for batch in bar:
-                batch = batch.to(cfg.device)
-                terms = model.loss(model(batch), batch, epoch)
+            for i, batch in enumerate(bar):
+                batch = batch.to(cfg.device, non_blocking=True)
+                terms = model.loss(step(batch), batch, epoch)
                 opt.zero_grad(set_to_none=True)
                 terms["total"].backward()
                 if cfg.grad_clip:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
                 opt.step()
                 for k, v in terms.items():
-                    sums[k] = sums.get(k, 0.0) + float(v.detach())
-                bar.set_postfix(loss=f"{float(terms['total'].detach()):.4f}")
-            row = {"epoch": epoch, **{f"train_{k}": v / len(loader) for k, v in sums.items()}}
+                    v = v.detach().float()
+                    sums[k] = sums[k] + v if k in sums else v
+                if cfg.progress and i % PROGRESS_EVERY == 0:  # the only per-step sync
+                    bar.set_postfix(loss=f"{float(terms['total'].detach()):.4f}")
+            row = {
+                "epoch": epoch,
+                **{f"train_{k}": float(v) / len(loader) for k, v in sums.items()},
+            }
             row["train_seconds"] = time.perf_counter() - te
-            row.update(
-                {
-                    f"valid_{k}": v
-                    for k, v in evaluate(
-                        model, valid, cfg.eval_batch_size, cfg.max_len, cfg.device
-                    ).items()
-                }
-            )
+            if cuda:
+                row["peak_gpu_mb"] = torch.cuda.max_memory_allocated(cfg.device) / 2**20
+            ev = evaluate(model, valid, cfg.eval_batch_size, cfg.max_len, cfg.device)
+            row.update({f"valid_{k}": v for k, v in ev.items()})
             rows.append(row)
             if cfg.verbose:
                 shown = {k: round(v, 4) for k, v in row.items() if isinstance(v, float)}
                 print(f"{model.registry_name} epoch {epoch}: {shown}", flush=True)
             score = row[f"valid_{metric}"]
+            if not math.isfinite(score):
+                warnings.warn(
+                    f"epoch {epoch}: validation {metric} is {score}; this epoch cannot be "
+                    "selected as the best",
+                    stacklevel=2,
+                )
             if score > best["metric"]:
                 best.update(
                     metric=score,
@@ -251,7 +310,7 @@ def fit(
         model.load_state_dict(best["state"])
         model.load_extra_state(best["extra"])
     elif cfg.checkpoint and _prefix(cfg, "best").with_suffix(".pt").exists():
-        tensors = load_tensors(_prefix(cfg, "best").with_suffix(".pt"), cfg.device)
+        _, tensors = load_checkpoint(_prefix(cfg, "best"), cfg.device)
         model.load_state_dict(tensors["model"])
         model.load_extra_state(tensors.get("extra", {}))
     model.eval()

@@ -5,16 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
-import kt_lib.nn.monotonic as mono
 from kt_lib.audit import audit_causality, random_batch
 from kt_lib.checkpoint import load_model, save_model
 from kt_lib.data import load_bundle, simulate
 from kt_lib.data.dataset import StudentSeq, Window, collate
 from kt_lib.data.splits import split_students
 from kt_lib.models import build_model
-from kt_lib.models.akt import mlp_head
 from kt_lib.nn.attention import causal_mask
 from kt_lib.nn.embeddings import RaschEmbedding
 from kt_lib.reference import build_reference
@@ -23,174 +20,6 @@ from kt_lib.train import evaluate, fit
 from tests.conftest import make_tiny_dataset
 
 NUM_C, NUM_PID = 12, 36
-
-
-# ---------------------------------------------------------------- monotonic attention
-
-
-def akt_formula(q, k, v, gamma, mask):
-    """AKT's attention written plainly (its released code, -1e32 fill, dropout off)."""
-    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
-    L, S = scores.shape[-2:]
-    with torch.no_grad():
-        w0 = scores.masked_fill(~mask, -1e32).softmax(-1) * mask
-        cum, total = w0.cumsum(-1), w0.sum(-1, keepdim=True)
-        pos = (torch.arange(L)[:, None] - torch.arange(S)[None, :]).abs().to(q.dtype)
-        dist = ((total - cum) * pos).clamp(min=0).sqrt()
-    effect = (dist * -F.softplus(gamma).view(1, -1, 1, 1)).exp().clamp(1e-5, 1e5)
-    w = (scores * effect).masked_fill(~mask, -1e32).softmax(-1) * mask.any(-1, keepdim=True)
-    return w @ v, w
-
-
-def _qkv(B=3, H=4, L=9, Dh=5, dtype=torch.float64, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    make = lambda *s: torch.randn(*s, generator=g, dtype=dtype).requires_grad_()  # noqa: E731
-    return make(B, H, L, Dh), make(B, H, L, Dh), make(B, H, L, Dh), make(H)
-
-
-def _assert_same_grads(out, ref, inputs, names="q k v gamma"):
-    """Gradients of `out` and `ref` w.r.t. `inputs` agree for one random upstream gradient."""
-    g = torch.randn_like(out)
-    got = torch.autograd.grad(out, inputs, g)
-    want = torch.autograd.grad(ref, inputs, g)
-    for name, a, b in zip(names.split(), got, want, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=name)
-
-
-@pytest.mark.parametrize("strict", [False, True])
-@pytest.mark.parametrize("chunk_rows, query_block", [(None, None), (1, 4), (2, 1), (None, 3)])
-def test_monotonic_matches_akt_formula_and_gradients(strict, chunk_rows, query_block, monkeypatch):
-    q, k, v, gamma = _qkv()
-    if chunk_rows is not None:  # exercise the batch-chunked path
-        monkeypatch.setattr(mono, "CHUNK_ELEMS", chunk_rows * 4 * 9 * 9)
-    if query_block is not None:  # several query blocks (1: the strict first row has no key)
-        monkeypatch.setattr(mono, "QUERY_BLOCK", query_block)
-    mask = causal_mask(9, strict=strict)
-    ref_out, ref_w = akt_formula(q, k, v, gamma, mask)
-    out, w = mono.monotonic_attention(q, k, v, gamma, mask, need_weights=True)
-    # AKT's row total (a sum) and running sum (a cumsum) round differently; the square root
-    # turns a 1e-16 remainder into 1e-8, so compare at 1e-6
-    torch.testing.assert_close(out, ref_out, rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(w.decayed, ref_w, rtol=1e-6, atol=1e-7)
-    _assert_same_grads(out, ref_out, (q, k, v, gamma))
-
-
-def test_masked_keys_have_exactly_zero_weight_and_rows_sum_to_one():
-    q, k, v, gamma = _qkv(dtype=torch.float32)
-    for strict in (False, True):
-        mask = causal_mask(9, strict=strict)
-        out, w = mono.monotonic_attention(q, k, v, gamma, mask, need_weights=True)
-        for weights in (w.decayed, w.undecayed):
-            assert torch.isfinite(weights).all()
-            assert (weights[..., ~mask] == 0).all()  # a dropped mask would leave mass there
-            sums = weights.sum(-1)
-            rows = mask.any(-1)
-            torch.testing.assert_close(sums[..., rows], torch.ones_like(sums[..., rows]))
-        if strict:  # AKT's zero-padded first row: no key, zero weights, zero output, no NaN
-            assert (w.decayed[:, :, 0] == 0).all() and (out[:, :, 0] == 0).all()
-        out.sum().backward()
-        assert all(torch.isfinite(t.grad).all() for t in (q, k, v, gamma))
-        for t in (q, k, v, gamma):
-            t.grad = None
-
-
-def test_batch_dependent_mask_and_empty_rows():
-    q, k, v, gamma = _qkv()
-    mask = causal_mask(9).expand(3, 1, 9, 9).clone()
-    mask[1, :, 4:, :] = False  # rows of one student with no key at all
-    out, w = mono.monotonic_attention(q, k, v, gamma, mask, need_weights=True)
-    ref_out, _ = akt_formula(q, k, v, gamma, mask)
-    torch.testing.assert_close(out, ref_out)
-    assert (out[1, :, 4:] == 0).all() and torch.isfinite(out).all()
-
-
-def test_decay_factor_is_clamped():
-    dist = torch.tensor([0.0, 1.0, 10.0, 1e6]).view(1, 1, 1, 4)
-    big = mono.decay_factor(dist, torch.tensor([50.0]))
-    assert big.min() == pytest.approx(mono.DECAY_MIN) and big.max() <= 1
-    tiny = mono.decay_factor(dist, torch.tensor([-50.0]))
-    assert tiny.max() <= mono.DECAY_MAX and tiny.min() > 0.99
-    # a very large rate clamps every distant key: attention stays finite and the clamped
-    # entries pass no gradient to gamma
-    q, k, v, _ = _qkv(dtype=torch.float32)
-    gamma = torch.full((4,), 1e4, requires_grad=True)
-    out, _ = mono.monotonic_attention(q, k, v, gamma, causal_mask(9))
-    out.sum().backward()
-    assert torch.isfinite(out).all() and torch.isfinite(gamma.grad).all()
-    ref_gamma = gamma.detach().clone().requires_grad_()
-    akt_formula(q.detach(), k.detach(), v.detach(), ref_gamma, causal_mask(9))[0].sum().backward()
-    torch.testing.assert_close(gamma.grad, ref_gamma.grad)
-
-
-def test_dropout_forward_and_gradients_match_akt_formula():
-    q, k, v, gamma = _qkv()
-    mask, p = causal_mask(9, strict=True), 0.3
-    torch.manual_seed(3)
-    out = mono.monotonic_attention(q, k, v, gamma, mask, dropout=p)[0]
-    torch.manual_seed(3)  # one block, one chunk: the same draw over the visible keys (the
-    # strict mask hides the last key from every query)
-    keep = torch.empty(3, 4, 9, 8, dtype=q.dtype)
-    scale = mono.draw_keep(keep, p)  # 1 keep, 0 drop
-    _, w = akt_formula(q, k, v, gamma, mask)
-    ref = (w * F.pad(keep, (0, 1)) * scale) @ v
-    torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-7)
-    assert (out[:, :, 0] == 0).all()
-    _assert_same_grads(out, ref, (q, k, v, gamma))
-
-
-def test_fast_dropout_rate_scale_and_gradients():
-    keep = torch.empty(200_000, dtype=torch.bool)
-    torch.manual_seed(0)
-    scale = mono.draw_keep(keep, 0.05)
-    assert abs(scale - 1 / 0.95) < 1e-4 and abs(keep.float().mean().item() - 0.95) < 0.003
-    torch.manual_seed(0)
-    as_float = torch.empty(200_000)
-    mono.draw_keep(as_float, 0.05)  # the same draw, as 0./1. floats
-    assert torch.equal(as_float, keep.float())
-    assert mono.draw_keep(keep, 0.0) == 1.0 and keep.all()
-    x = torch.randn(6, 7, dtype=torch.float64, requires_grad=True)
-    for module in (mono.Dropout(0.3), mono.ReLUDropout(0.3), mono.ReLUDropout(0.0)):
-        module.train()
-
-        def f(t, module=module):
-            torch.manual_seed(1)  # the same mask on every call
-            return module(t.clone())  # ReLUDropout works in place on a fresh Linear output
-
-        out = f(x)
-        kept = out != 0
-        base = torch.relu(x) if isinstance(module, mono.ReLUDropout) else x
-        t = round(module.p * mono.DROP_LEVELS)  # p is rounded to 1 / 65536
-        scale = mono.DROP_LEVELS / (mono.DROP_LEVELS - t)
-        torch.testing.assert_close(out[kept], (base * scale)[kept])
-        assert torch.autograd.gradcheck(f, (x,))
-        module.eval()
-        assert torch.equal(module(x), base) and torch.equal(module(x * 1), base)
-
-
-def test_fused_relu_dropout_matches_standard_modules_without_dropout():
-    torch.manual_seed(0)
-    head = mlp_head(8, (16, 4), 0.0).double()
-    plain = torch.nn.Sequential(head[0], torch.nn.ReLU(), head[2], torch.nn.ReLU(), head[4])
-    x = torch.randn(3, 5, 8, dtype=torch.float64, requires_grad=True)
-    got = torch.autograd.grad(head(x).sum(), [x, *head.parameters()])
-    want = torch.autograd.grad(plain(x).sum(), [x, *head.parameters()])
-    for a, b in zip(got, want, strict=True):
-        torch.testing.assert_close(a, b)
-
-
-def test_kq_same_shares_the_query_key_projection():
-    shared = mono.MonotonicMultiHeadAttention(16, 4, kq_same=True)
-    separate = mono.MonotonicMultiHeadAttention(16, 4, kq_same=False)
-    assert shared.q_proj is None and separate.q_proj is not None
-    n = lambda m: sum(p.numel() for p in m.parameters())  # noqa: E731
-    assert n(separate) - n(shared) == 16 * 16 + 16
-    x = torch.randn(2, 7, 16)
-    out, w = shared(x, x, x, causal_mask(7), need_weights=True)
-    assert out.shape == (2, 7, 16) and w.decayed.shape == (2, 4, 7, 7)
-    assert shared.decay_rates().shape == (4,) and (shared.decay_rates() > 0).all()
-
-
-# ---------------------------------------------------------------- Rasch embeddings
 
 
 def test_rasch_embedding_formula_and_penalty():
@@ -257,21 +86,6 @@ def test_first_prediction_depends_on_first_question_only(num_pid):
         assert torch.equal(model(other).logits[:, 0], base)
         other.q[:, 0] = (batch.q[:, 0] + 1) % NUM_C
         assert not torch.equal(model(other).logits[:, 0], base)
-
-
-def test_bf16_mixed_precision_is_close_causal_and_trains():
-    torch.manual_seed(0)
-    exact = build_model("akt", preset="tiny", num_c=NUM_C, num_pid=NUM_PID).eval()
-    mixed = build_model("akt", preset="tiny", num_c=NUM_C, num_pid=NUM_PID, bf16=True).eval()
-    mixed.load_state_dict(exact.state_dict())
-    batch = random_batch(NUM_C, B=4, L=16, num_pid=NUM_PID, seed=2)
-    with torch.no_grad():
-        a, b = exact(batch).logits, mixed(batch).logits
-    assert b.dtype == torch.float32 and (a - b).abs().max() < 0.1
-    assert audit_causality(mixed, batch, steps=[0, 1, 7, 15])
-    mixed.train()
-    mixed.loss(mixed(batch), batch)["total"].backward()
-    assert all(torch.isfinite(p.grad).all() for p in mixed.parameters() if p.grad is not None)
 
 
 def test_attention_maps_decayed_and_undecayed():
@@ -432,21 +246,6 @@ def test_bkt_rejects_ordinal_data():
         BKTReference().fit(make_tiny_dataset(NUM_C, 0, K=3))
     with pytest.raises(RuntimeError, match="not fitted"):
         BKTReference().targets(random_batch(NUM_C))
-
-
-def test_buffer_pool_survives_eviction_with_changing_shapes():
-    """Regression: batches of varying length (length bucketing) left an empty stack at the
-    front of the pool, and eviction then popped from it (IndexError in AKT's backward)."""
-    from kt_lib.nn.monotonic import BufferPool
-
-    like = torch.zeros(1)
-    pool = BufferPool(max_bytes=3 * 4 * 100)
-    a = pool.take((10, 10), like)
-    pool.give(a)
-    assert pool.take((10, 10), like) is a and pool.bytes == 0  # reused, its stack removed
-    pool.give(*(torch.empty(20, 10) for _ in range(2)))  # over budget: evicts the oldest
-    assert 0 < pool.bytes <= pool.max_bytes
-    assert all(stack for stack in pool.free.values())
 
 
 def test_idkt_diagnostics_are_head_reference_correlations():

@@ -13,37 +13,8 @@ from kt_lib.data.dataset import Batch
 from kt_lib.models import build_model
 from kt_lib.models.base import BaseConfig, KTModel, ModelOutput
 from kt_lib.models.sakt import SAKT
-from kt_lib.nn import MultiHeadAttention, attend, causal_mask
 from kt_lib.train import fit
 from tests.conftest import make_tiny_dataset
-
-
-def test_masks():
-    inc, strict = causal_mask(4), causal_mask(4, strict=True)
-    assert inc.tolist()[1] == [True, True, False, False]
-    assert strict.tolist()[1] == [True, False, False, False]
-    assert not strict[0].any()
-
-
-@pytest.mark.parametrize("need_weights", [True, False])
-def test_attend_empty_rows_are_zero_and_masked_keys_get_no_weight(need_weights):
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(2, 3, 5, 4) for _ in range(3))
-    out, w = attend(q, k, v, causal_mask(5, strict=True), need_weights=need_weights)
-    assert torch.isfinite(out).all() and out[:, :, 0].abs().max() == 0
-    if need_weights:
-        assert w[..., 0, :].abs().max() == 0
-        assert torch.triu(w[0, 0], diagonal=0).abs().max() == 0  # no weight on j >= i
-        assert torch.allclose(w[:, :, 1:].sum(-1), torch.ones(2, 3, 4))
-
-
-def test_attention_paths_agree():
-    torch.manual_seed(0)
-    mha = MultiHeadAttention(8, 2).eval()
-    x = torch.randn(3, 6, 8)
-    a, _ = mha(x, x, x, causal_mask(6), need_weights=False)
-    b, w = mha(x, x, x, causal_mask(6), need_weights=True)
-    assert torch.allclose(a, b, atol=1e-6) and w.shape == (3, 2, 6, 6)
 
 
 class _LeakyToy(KTModel):
@@ -197,59 +168,6 @@ def test_sakt_seed_example_reads_the_whole_history():
     assert len(probs) == 3  # every past response moves the prediction for qry=[4]
 
 
-@pytest.mark.parametrize("mask_kind", ["none", "strict", "batch", "long"])
-def test_training_attention_dropout_matches_plain_autograd(mask_kind, monkeypatch):
-    """The fused softmax-dropout attention (query blocks, batch chunks) equals the plain chain
-    with the same keep draws, outputs and gradients."""
-    import kt_lib.nn.attention as attention_mod
-    from kt_lib.nn.monotonic import _query_blocks, draw_keep
-
-    draws = []
-
-    def recording(out, p):  # the kernel draws one keep mask per query block, in block order
-        scale = draw_keep(out, p)
-        draws.append(out.clone())
-        return scale
-
-    monkeypatch.setattr(attention_mod, "draw_keep", recording)
-    torch.manual_seed(0)
-    B, H, L, Dh, p = 3, 2, 7, 4, 0.3
-    if mask_kind == "long":  # several query blocks and several batch chunks per block
-        B, L = 5, 150
-        monkeypatch.setattr(attention_mod, "_chunks", lambda n, per: (2, [(0, 2), (2, 4), (4, 5)]))
-    q, k, v = (torch.randn(B, H, L, Dh, dtype=torch.float64, requires_grad=True) for _ in "qkv")
-    mask = {
-        "none": None,
-        "strict": causal_mask(L, strict=True),
-        "batch": torch.rand(B, 1, L, L) > 0.4,
-        "long": causal_mask(L, strict=True),
-    }[mask_kind]
-    out, _ = attend(q, k, v, mask, dropout=p)
-    blocks = [(0, L, L)] if mask is None else _query_blocks(mask.reshape(-1, L, L))
-    if mask_kind == "long":
-        assert len(blocks) == 3 and blocks[0][2] < L  # early blocks skip late keys
-    keep = torch.zeros(B, H, L, L, dtype=torch.float64)
-    for (l0, l1, s1), drawn in zip(blocks, draws, strict=True):
-        keep[:, :, l0:l1, :s1] = drawn
-    s = q @ k.transpose(-2, -1) / Dh**0.5
-    has_key = torch.ones(1, dtype=torch.bool) if mask is None else mask.any(-1, keepdim=True)
-    if mask is not None:
-        s = s.masked_fill(~(mask | ~has_key), float("-inf"))
-    w = s.softmax(-1)
-    scale = 1 / (1 - round(p * 65536) / 65536)
-    ref = ((w * keep * scale) @ v) * has_key
-    visible = w > 0 if mask is None else (mask & has_key).expand_as(w)
-    assert 0.5 < keep[visible].mean() < 0.9
-    torch.testing.assert_close(out, ref)
-    g = torch.randn_like(out)
-    mine = torch.autograd.grad((out * g).sum(), (q, k, v))
-    plain = torch.autograd.grad((ref * g).sum(), (q, k, v))
-    for a, b in zip(mine, plain, strict=True):
-        torch.testing.assert_close(a, b)
-    if mask is not None and mask_kind != "batch":
-        assert (out[:, :, 0] == 0).all()  # a row without keys outputs zeros, never NaN
-
-
 class _CopyPrevious(KTModel):
     """Predicts r[t-1] (causal): on multi-skill rows it copies the answer to the same question."""
 
@@ -303,3 +221,69 @@ def test_keep_freed_memory_applies_once_on_glibc():
     x = torch.ones(64 << 20 >> 2)  # 64 MB: above glibc's default mmap threshold
     del x
     assert torch.ones(8).sum() == 8  # allocation still works after the settings
+
+
+# --- bad configuration input (issue 15) ----------------------------------------------------------
+
+
+def test_duplicate_yaml_and_json_keys_are_refused(tmp_path):
+    from kt_lib.config import read_mapping
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("model:\n  d: 16\n  n_heads: 2\n  d: 32\n")
+    with pytest.raises(ValueError, match=r"cfg\.yaml: .*line 4: duplicate key 'd'"):
+        read_mapping(cfg)
+    cfg.write_text("base: &b {d: 16, n_heads: 2}\nmodel:\n  <<: *b\n  d: 32\n")  # merge override
+    assert read_mapping(cfg)["model"] == {"d": 32, "n_heads": 2}
+    js = tmp_path / "cfg.json"
+    js.write_text('{"model": {"d": 16, "d": 32}}')
+    with pytest.raises(ValueError, match=r"cfg\.json: .*duplicate key 'd'"):
+        read_mapping(js)
+    js.write_text('{"model": {"d": 16,}}')
+    with pytest.raises(ValueError, match=r"cfg\.json: not valid JSON at line 1, column 20"):
+        read_mapping(js)
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("learning_rate", -1, "must be a finite number > 0, got -1"),
+        ("learning_rate", "1e-3", r"must be a finite number > 0, got '1e-3' \(YAML reads"),
+        ("epochs", "many", "must be an integer >= 1, got 'many'"),
+        ("epochs", 2.5, "must be an integer >= 1"),
+        ("batch_size", 0, "must be an integer >= 1, got 0"),
+        ("batch_size", True, "must be an integer >= 1, got True"),
+        ("mixed_precision", "yes please", "must be true or false"),
+    ],
+)
+def test_seed_ordinal_yaml_training_section_is_checked(tmp_path, field, value, message):
+    import yaml
+
+    from kt_lib.models.gpcm import load_seed_config
+
+    raw = {"model": {"n_questions": 10, "n_responses": 4}, "training": {field: value}}
+    path = tmp_path / "seed.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match=rf"seed\.yaml: training\.{field} {message}"):
+        load_seed_config(path)
+    raw["training"] = {"learning_rate": 0.01, "batch_size": 8, "epochs": 3}
+    path.write_text(yaml.safe_dump(raw))
+    assert load_seed_config(path).train == {"lr": 0.01, "batch_size": 8, "epochs": 3}
+
+
+@pytest.mark.parametrize("field, value", [("decay_factor", "fast"), ("future_weight", "0.3")])
+def test_simakt_temporal_config_strings_name_file_and_field(tmp_path, field, value):
+    import yaml
+
+    from kt_lib.models.simakt import load_simakt_config
+
+    head = {"type": "cluster", "n_clusters": 3, "temporal_config": {field: value}}
+    raw = {"intra_heads": 3, "inter_heads": [head]}
+    path = tmp_path / "sim.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    where = r"sim\.yaml: inter_heads\[0\]: "
+    with pytest.raises(ValueError, match=rf"{where}temporal_config\.{field} must be a number"):
+        load_simakt_config(path)
+    inline = rf"similarity: inter_heads\[0\]: temporal_config\.{field}"
+    with pytest.raises(ValueError, match=inline):
+        load_simakt_config(raw)

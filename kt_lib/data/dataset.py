@@ -100,18 +100,22 @@ class Batch:
     start: torch.Tensor | None = None  # [B] long offset of the window inside the student's log
     extras: dict = field(default_factory=dict)  # per-batch tensors added by references/banks
 
-    def to(self, device) -> Batch:
+    def to(self, device, non_blocking: bool = False) -> Batch:
+        """A copy on `device`. Towards CUDA with `non_blocking`, CPU tensors are pinned first
+        so the copies overlap with the GPU's work instead of waiting for it."""
+        pin = non_blocking and torch.device(device).type == "cuda"
+
+        def move(t):
+            if not isinstance(t, torch.Tensor):
+                return t
+            if pin and t.device.type == "cpu":
+                t = t.pin_memory()
+            return t.to(device, non_blocking=non_blocking)
+
         moved = {}
         for f in fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, torch.Tensor):
-                moved[f.name] = v.to(device)
-            elif f.name == "extras":
-                moved[f.name] = {
-                    k: (t.to(device) if isinstance(t, torch.Tensor) else t) for k, t in v.items()
-                }
-            else:
-                moved[f.name] = v
+            moved[f.name] = {k: move(t) for k, t in v.items()} if f.name == "extras" else move(v)
         return Batch(**moved)
 
     @property

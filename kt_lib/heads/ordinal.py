@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import from_dict, require
-from ..nn import MultiHeadAttention, causal_mask
+from ..nn import Dropout, MultiHeadAttention, causal_mask
 from ..registry import Registry
 
 MECHANISMS: Registry = Registry("ordinal attention mechanism")
@@ -152,7 +152,7 @@ class AttentionMechanism(nn.Module, ABC):
         self.config = config
         self.embed_dim = config.embed_dim
         self.response_embedding = OrdinalEmbedding(config.n_cats, config.embed_dim)
-        self.drop = nn.Dropout(config.dropout)
+        self.drop = Dropout(config.dropout)
         self.norm = nn.LayerNorm(config.embed_dim)
 
     def history(self, context: AttentionContext) -> torch.Tensor:

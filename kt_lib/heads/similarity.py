@@ -194,7 +194,7 @@ class BaseSimilarityHead(nn.Module):
                 valid[f],
                 self.spec.decay_factor,
                 self.spec.future_weight,
-            )
+            ).to(out.dtype)  # under autocast the similarity may come back in bfloat16
         return out
 
     def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
@@ -561,8 +561,11 @@ def parse_head_spec(raw: dict, where: str = "", name: str = "") -> HeadSpec:
             "decay_factor, future_weight, strategy"
         )
     spec.strategy = temporal.get("strategy", "position_weighted" if temporal else "content")
-    spec.decay_factor = float(temporal.get("decay_factor", 0.95))
-    spec.future_weight = float(temporal.get("future_weight", 0.0))
+    for key in ("decay_factor", "future_weight"):
+        value = temporal.get(key, getattr(spec, key))
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{where}temporal_config.{key} must be a number, got {value!r}")
+        setattr(spec, key, float(value))
     if spec.strategy not in STRATEGIES:
         raise ValueError(
             f"{where}unknown similarity strategy {spec.strategy!r}; valid: {', '.join(STRATEGIES)}"

@@ -23,8 +23,9 @@ from torch import nn
 from ..config import require
 from ..data.dataset import Batch
 from ..nn.attention import causal_mask
+from ..nn.dropout import FlatSequential, ReLUDropout
 from ..nn.embeddings import RaschEmbedded, RaschEmbedding
-from ..nn.monotonic import FlatSequential, MonotonicLayer, ReLUDropout
+from ..nn.monotonic import MonotonicLayer
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 
@@ -41,8 +42,6 @@ class AKTConfig(BaseConfig):
     final_fc_dim: int = 512  # first hidden layer of the prediction MLP
     final_fc_dim2: int = 256  # second hidden layer of the prediction MLP
     l2: float = 1e-5  # weight of the L2 penalty on the Rasch difficulties mu ("rasch_l2")
-    bf16: bool = False  # mixed precision: Linear layers in bfloat16 (autocast; AMX on recent
-    # CPUs), the monotonic attention, LayerNorm and the loss in float32
 
     def validate(self) -> None:
         super().validate()
@@ -157,14 +156,9 @@ class AKT(KTModel):
         reg = RaschEmbedding.l2_penalty(state.emb.mu, batch.mask, self.config.l2)
         return {} if reg is None else {"rasch_l2": reg}
 
-    def autocast(self, batch: Batch):
-        """bfloat16 autocast when `config.bf16`, else a no-op context."""
-        return torch.autocast(batch.q.device.type, torch.bfloat16, enabled=self.config.bf16)
-
     def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
-        with self.autocast(batch):
-            state = self.trunk(batch, return_attention)
-            logits = self.predict_logits(state)
+        state = self.trunk(batch, return_attention)
+        logits = self.predict_logits(state)
         return ModelOutput(
             logits=logits.float(),
             losses=self.base_losses(state, batch),

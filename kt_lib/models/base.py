@@ -81,11 +81,16 @@ class KTModel(nn.Module):
 
     def loss(self, out: ModelOutput, batch: Batch, epoch: int = 0) -> dict[str, torch.Tensor]:
         """Prediction loss over valid positions plus the model's auxiliary losses; key 'total'."""
+        # a mean over valid positions by weights, not by boolean indexing: indexing waits for
+        # the GPU to count the positions (a host sync every step)
         m = batch.mask
+        r = batch.r.masked_fill(~m, 0)
         if self.ordinal:
-            pred = F.cross_entropy(out.logits[m], batch.r[m])
+            each = F.cross_entropy(out.logits.flatten(0, 1), r.flatten(), reduction="none")
         else:
-            pred = F.binary_cross_entropy_with_logits(out.logits[m], batch.r[m].float())
+            each = F.binary_cross_entropy_with_logits(out.logits, r.float(), reduction="none")
+        w = m.to(each.dtype).flatten() if self.ordinal else m.to(each.dtype)
+        pred = (each * w).sum() / w.sum().clamp(min=1)
         terms = {"pred": pred, **out.losses}
         terms["total"] = sum(terms.values())
         return terms

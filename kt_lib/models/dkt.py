@@ -13,6 +13,7 @@ from torch import nn
 
 from ..config import require
 from ..data.dataset import Batch, interaction_token
+from ..nn import Dropout
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 
@@ -50,7 +51,7 @@ class DKT(KTModel):
         c = config
         self.emb = nn.Embedding(c.num_c * c.K, c.d)
         self.lstm = nn.LSTM(c.d, c.d, num_layers=c.n_layers, batch_first=True)
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = Dropout(c.dropout)
         self.out = nn.Linear(c.d, c.num_c)
 
     def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:

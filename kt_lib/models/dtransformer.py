@@ -3,7 +3,7 @@
 # B batch, L steps, D model dim, H heads, Dh head dim, K knowledge slots (n_know)
 Embeddings are AKT's Rasch embeddings (kt_lib.nn.embeddings): x_t from (q_t, pid_t), y_t from
 (q_t, pid_t, r_t). Four attention blocks, each x = LN(query + Drop(Attn)), with AKT's per-head
-distance decay (kt_lib.nn.monotonic):
+distance decay (kt_lib.nn.monotonic; the math in kt_lib.nn.reference):
   Block 1  hq = Attn(x, x, x)          inclusive mask: hq_t reads questions <= t
   Block 2  hs = Attn(y, y, y)          inclusive mask: hs_t reads r_i for i <= t, r_t INCLUDED
   Block 3  p  = Attn(Q=K=hq, V=hs)     inclusive ("peek_cur"): p_t holds r_t
@@ -21,7 +21,6 @@ The contrastive loss (off by default) is causal too: see `contrastive_terms`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -31,9 +30,9 @@ from torch import nn
 from ..config import require
 from ..data.dataset import Batch
 from ..nn import causal_mask
+from ..nn.dropout import Dropout
 from ..nn.embeddings import RaschEmbedding
-from ..nn.monotonic import DECAY_MAX, DECAY_MIN, monotonic_attention
-from ..nn.shapes import merge_heads, split_heads
+from ..nn.monotonic import ExtraHeads, MonotonicAttention
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 MIN_SEQ_LEN = 5  # DTransformer: shorter rows are left alone by key hiding and augmentation
@@ -76,179 +75,6 @@ class DTransformerConfig(BaseConfig):
         return cls(**{"d": 256, "n_heads": 8, "n_know": 16, "d_fc": 256, **kw})
 
 
-def slot_distance(r: torch.Tensor, keep: torch.Tensor, strict: bool = True) -> torch.Tensor:
-    """AKT's context distance for Block 4's slot queries, from prefix sums, without gradient.
-
-    r [B, K, H, 1, S]: a slot's scores against every key, the same for every query step t;
-    keep [B|1, S]: keys not hidden. Query t sees keys j < t with keep_j, so the masked softmax is
-    w0[t, j] = e_j / C_t with e_j = exp(r_j) keep_j and C_t = sum_{j<t} e_j, and the attention
-    mass after key j is (C_t - P_j) / C_t with P_j = sum_{j'<=j} e_j'. This gives
-    dist[t, j] = sqrt(|t - j| * mass after j) in a few passes over [.., L, S] instead of a
-    softmax and a cumulative sum per query row. Returns dist [B, K, H, L, S] (L = S).
-    `strict=False` lets query t see key t too (C_t then includes e_t; only tests use it).
-    """
-    with torch.no_grad():
-        S = r.shape[-1]
-        keep = keep.view(keep.shape[0], 1, 1, 1, S)
-        top = r.masked_fill(~keep, torch.finfo(r.dtype).min).amax(-1, keepdim=True)
-        e = torch.where(keep, torch.exp(r - top), 0.0)  # [B, K, H, 1, S]
-        P = e.cumsum(-1)
-        C = F.pad(P[..., :-1], (1, 0)) if strict else P  # mass seen by query t (exclusive sum:
-        C = C.transpose(-1, -2)  # P_t - e_t would cancel badly when e_t dominates) [B, K, H, S, 1]
-        pos = torch.arange(S, device=r.device)
-        gap = (pos.unsqueeze(1) - pos.unsqueeze(0)).abs().to(r.dtype)  # |t - j|
-        after = (C - P).div_(C.clamp(min=torch.finfo(r.dtype).tiny))
-        return after.mul_(gap).clamp_(min=0.0).sqrt_()
-
-
-class _SlotAttention(torch.autograd.Function):
-    """softmax_j(r_j * decay(dist_tj)) over visible keys, max-out rescaled, times v.
-
-    Fused by hand because autograd keeps about ten [B, K, H, L, S] tensors for this chain (the
-    slot dimension makes them large: 64 x 16 x 8 x 200 x 200 floats = 1.3 GB each); this
-    keeps two (dist and the weights) and recomputes the decay in the backward pass.
-    """
-
-    @staticmethod
-    def forward(ctx, r, v, gamma, dist, mask):
-        theta = F.softplus(gamma).view(-1, 1, 1)
-        decay = torch.exp(dist * -theta).clamp_(DECAY_MIN, DECAY_MAX)
-        s = decay.mul_(r).masked_fill_(~mask, torch.finfo(r.dtype).min)
-        w = torch.softmax(s, dim=-1)
-        del s, decay
-        has_key = mask.any(-1, keepdim=True)
-        w.mul_(has_key)
-        c = w.amax(-1, keepdim=True).clamp_(min=0.2)  # max-out: largest weight -> 1 (at most x5)
-        w.div_(c)
-        ctx.save_for_backward(r, v, gamma, dist, w, c)
-        ctx.mark_non_differentiable(w)
-        return w @ v, w
-
-    @staticmethod
-    def backward(ctx, g, _gw):
-        r, v, gamma, dist, w, c = ctx.saved_tensors
-        grad_w = g @ v.transpose(-2, -1)  # [B, K, H, L, S]
-        grad_v = (w.transpose(-2, -1) @ g).sum(1, keepdim=True) if ctx.needs_input_grad[1] else None
-        # w = p / c with c = max(max_j p, 0.2): d/dp = 1/c, minus the path through c at the argmax
-        dot = (grad_w * w).sum(-1, keepdim=True)
-        grad_p = grad_w.div_(c)
-        through_c = torch.where(c > 0.2, -dot / c, 0.0)
-        grad_p.scatter_add_(-1, w.argmax(-1, keepdim=True), through_c)
-        p = w * c
-        grad_s = grad_p.sub_((grad_p * p).sum(-1, keepdim=True)).mul_(p)  # softmax backward
-        del grad_p, p
-        theta = F.softplus(gamma).view(-1, 1, 1)
-        decay = torch.exp(dist * -theta)
-        live = (decay >= DECAY_MIN) & (decay <= DECAY_MAX)  # the clamp passes gradient here
-        decay.clamp_(DECAY_MIN, DECAY_MAX)
-        grad_r = (grad_s * decay).sum(-2, keepdim=True)
-        grad_gamma = None
-        if ctx.needs_input_grad[2]:  # d decay / d gamma = -sigmoid(gamma) * dist * decay
-            t = grad_s.mul_(r).mul_(decay).mul_(dist).mul_(live)
-            dims = [d for d in range(t.dim()) if d != t.dim() - 3]
-            grad_gamma = -t.sum(dims) * torch.sigmoid(gamma)
-        return grad_r, grad_v, grad_gamma, None, None
-
-
-def slot_attend(
-    r: torch.Tensor,
-    v: torch.Tensor,
-    gamma: torch.Tensor,
-    keep: torch.Tensor,
-    need_weights: bool,
-    strict: bool = True,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Block 4's attention: slot scores r [B, K, H, 1, S], values v [B, 1, H, S, Dh] -> outputs
-    [B, K, H, L, Dh].
-
-    Query step t sees keys j < t that are kept (keep [B|1, S]). AKT's context distance and decay
-    (as in kt_lib.nn.monotonic), then DTransformer's max-out: each row is rescaled so its
-    largest weight is 1 (at most x5), with gradient through the rescaling. Rows without a
-    visible key (t = 0) output zeros. Weights [B, K, H, L, S] on request. `strict=False` (j <= t)
-    exists only so tests can show that the causality audit catches it.
-    """
-    S = r.shape[-1]
-    dist = slot_distance(r, keep, strict)
-    past = causal_mask(S, r.device, strict=strict)  # [L, S]: j < t
-    mask = past & keep.view(keep.shape[0], 1, 1, 1, S)
-    out, w = _SlotAttention.apply(r, v, gamma, dist, mask)
-    return out, (w if need_weights else None)
-
-
-@dataclass
-class ExtraHeads:
-    """Heads that replace the last `n_heads` heads of an attention layer (SimAKT's inter heads)."""
-
-    n_heads: int
-    fn: Callable[[torch.Tensor], torch.Tensor]  # queries [B, h, L, Dh] -> outputs [B, h, L, Dh]
-
-
-class DTAttention(nn.Module):
-    """Multi-head attention with AKT distance decay; `kq_same` shares the Q and K projection."""
-
-    def __init__(self, d: int, n_heads: int, kq_same: bool = True):
-        super().__init__()
-        self.d, self.h = d, n_heads
-        self.q_proj = nn.Linear(d, d)
-        self.k_proj = None if kq_same else nn.Linear(d, d)
-        self.v_proj = nn.Linear(d, d)
-        self.out_proj = nn.Linear(d, d)
-        self.gamma = nn.Parameter(torch.empty(n_heads))  # raw decay, rate softplus(gamma)
-        bound = (6.0 / (1 + n_heads)) ** 0.5  # xavier_uniform_ of DTransformer's [H, 1, 1]
-        nn.init.uniform_(self.gamma, -bound, bound)
-
-    def split(self, x: torch.Tensor) -> torch.Tensor:
-        return split_heads(x, self.h)  # [..., H, L, Dh]
-
-    def merge(self, x: torch.Tensor) -> torch.Tensor:
-        return merge_heads(x)  # [..., L, D]
-
-    def keys(self, key: torch.Tensor) -> torch.Tensor:
-        return self.split((self.k_proj or self.q_proj)(key))
-
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        mask: torch.Tensor,
-        need_weights: bool = False,
-        extra: ExtraHeads | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """query/key/value [B, L, D], mask [B|1, 1, L, S] -> [B, L, D] (+ weights [B, h, L, S])."""
-        q, k, v = self.split(self.q_proj(query)), self.keys(key), self.split(self.v_proj(value))
-        if extra is None:
-            out, w = monotonic_attention(q, k, v, self.gamma, mask, 0.0, need_weights)
-        else:  # the first H - h heads attend within the student, the last h are `extra`
-            n = self.h - extra.n_heads
-            out, w = monotonic_attention(
-                q[:, :n], k[:, :n], v[:, :n], self.gamma[:n], mask, 0.0, need_weights
-            )
-            out = torch.cat([out, extra.fn(q[:, n:])], dim=1)
-        return self.out_proj(self.merge(out)), (w.decayed if w is not None else None)
-
-    def read_slots(
-        self,
-        slots: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        keep: torch.Tensor,
-        need_weights: bool = False,
-        strict: bool = True,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Slot queries [K, D] (the same at every step) -> [B, K, L, D], weights [B, K, H, L, S].
-
-        One query per slot instead of DTransformer's copy per (slot, step): the scores are
-        computed once per key and shared by every query step (strict past, `keep`: unhidden keys).
-        """
-        q = self.split(self.q_proj(slots).unsqueeze(-2)).unsqueeze(0)  # [1, K, H, 1, Dh]
-        k = self.keys(key).unsqueeze(1)  # [B, 1, H, S, Dh]
-        v = self.split(self.v_proj(value)).unsqueeze(1)  # [B, 1, H, S, Dh]
-        scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # [B, K, H, 1, S]
-        out, w = slot_attend(scores, v, self.gamma, keep, need_weights, strict)
-        return self.out_proj(self.merge(out)), w
-
-
 def sample_key_drop(valid: torch.Tensor, rate: float) -> torch.Tensor:
     """[B, L] keys to hide from later queries: max(1, int(len * rate)) of the first len - 1 steps
     per row (rows shorter than MIN_SEQ_LEN untouched), drawn from the global RNG."""
@@ -268,8 +94,8 @@ class DTLayer(nn.Module):
         self, d: int, n_heads: int, dropout: float, kq_same: bool = True, key_drop: bool = True
     ):
         super().__init__()
-        self.attn = DTAttention(d, n_heads, kq_same)
-        self.drop = nn.Dropout(dropout)
+        self.attn = MonotonicAttention(d, n_heads, 0.0, kq_same, xavier_init=False)
+        self.drop = Dropout(dropout)
         self.ln = nn.LayerNorm(d)
         self.rate = dropout if key_drop else 0.0
         self.strict_slots = True  # Block 4 reads the strict past (False only in audit tests)
@@ -296,7 +122,7 @@ class DTLayer(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         mask = self.mask(valid, peek_cur)
         h, w = self.attn(query, key, value, mask, need_weights, extra)
-        return self.ln(query + self.drop(h)), w
+        return self.ln(query + self.drop(h)), (w.decayed if w is not None else None)
 
     def read_slots(
         self,
@@ -343,10 +169,10 @@ class DTransformer(KTModel):
         self.out = nn.Sequential(
             nn.Linear(2 * c.d, c.d_fc),
             nn.GELU(),
-            nn.Dropout(c.dropout),
+            Dropout(c.dropout),
             nn.Linear(c.d_fc, c.d_fc // 2),
             nn.GELU(),
-            nn.Dropout(c.dropout),
+            Dropout(c.dropout),
             nn.Linear(c.d_fc // 2, 1),
         )
 

@@ -44,7 +44,7 @@ from ..heads.ordinal import (
     AttentionRegistry,
     OrdinalEmbedding,
 )
-from ..nn import TransformerLayer, causal_mask
+from ..nn import Dropout, TransformerLayer, causal_mask
 from .base import MODELS, BaseConfig, KTModel, ModelOutput, build_model, register
 
 SEED_MECHANISMS = ("ordinal_aware", "response_conditioned", "ordinal_pattern", "qwk_aligned")
@@ -185,12 +185,12 @@ class AttentionGPCM(KTModel):
         c = config
         self.q_embedding = nn.Embedding(c.num_c, c.d)
         self.pos_embedding = nn.Embedding(c.max_len, c.d)
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = Dropout(c.dropout)
         self.encoder = self.build_encoder()
         self.memory = nn.LSTM(c.d, c.d, batch_first=True) if c.memory else None
         self.memory_response = OrdinalEmbedding(c.K, c.d) if c.memory else None
         self.summary = nn.Sequential(
-            nn.Linear((3 if c.memory else 2) * c.d, c.d_summary), nn.Tanh(), nn.Dropout(c.dropout)
+            nn.Linear((3 if c.memory else 2) * c.d, c.d_summary), nn.Tanh(), Dropout(c.dropout)
         )
         self.ability = nn.Linear(c.d_summary, 1)
         self.gpcm = GPCMHead(c.num_c, c.K)
@@ -364,6 +364,19 @@ def load_seed_config(
             raise ValueError(f"{where}: unknown key(s) {bad} in {name!r}; valid: {sorted(keys)}")
         sec[name] = value
     att, mod, tr = sec["attention"], sec["model"], sec["training"]
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    count = lambda v: number(v) and isinstance(v, int) and v >= 1
+    for key, ok, want in (  # seed training fields: type and range, before they reach fit
+        ("learning_rate", lambda v: number(v) and 0 < v < np.inf, "a finite number > 0"),
+        ("batch_size", count, "an integer >= 1"),
+        ("epochs", count, "an integer >= 1"),
+        ("gradient_checkpointing", lambda v: isinstance(v, bool), "true or false"),
+        ("mixed_precision", lambda v: isinstance(v, bool), "true or false"),
+    ):
+        if key in tr and not ok(tr[key]):
+            text = isinstance(tr[key], str) and key == "learning_rate"
+            hint = " (YAML reads 1e-3 as text; write 1.0e-3)" if text else ""
+            raise ValueError(f"{where}: training.{key} must be {want}, got {tr[key]!r}{hint}")
 
     kind = att.get("type", "modular")
     if kind not in ("modular", "basic"):

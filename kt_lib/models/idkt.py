@@ -76,11 +76,10 @@ class IDKT(AKT):
         self.reference.fit(train)
 
     def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
-        with self.autocast(batch):
-            state = self.trunk(batch, return_attention)
-            logits = self.predict_logits(state).float()  # first: dropout draws match AKT's
-            z = torch.cat([state.h, state.emb.x], dim=-1)  # [B, L, 2D]
-            l0, t = self.l0_head(z).float(), self.t_head(z).float()
+        state = self.trunk(batch, return_attention)
+        logits = self.predict_logits(state).float()  # first: dropout draws match AKT's
+        z = torch.cat([state.h, state.emb.x], dim=-1)  # [B, L, 2D]
+        l0, t = self.l0_head(z).float(), self.t_head(z).float()
         extras = {
             "p": torch.sigmoid(logits),
             "L0": torch.sigmoid(l0).squeeze(-1),

@@ -34,7 +34,7 @@ from torch import nn
 
 from ..config import require
 from ..data.dataset import Batch, BatchLoader, KTDataset, interaction_token
-from ..nn import TransformerLayer, causal_mask
+from ..nn import Dropout, TransformerLayer, causal_mask
 from ..reference import REFERENCES, build_reference
 from .base import BaseConfig, KTModel, ModelOutput, register
 
@@ -124,7 +124,7 @@ class Stream(nn.Module):
 def mlp(d_in: int, d_hidden: int, dropout: float) -> nn.Sequential:
     """Linear-ReLU-Dropout-Linear to one output."""
     return nn.Sequential(
-        nn.Linear(d_in, d_hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(d_hidden, 1)
+        nn.Linear(d_in, d_hidden), nn.ReLU(), Dropout(dropout), nn.Linear(d_hidden, 1)
     )
 
 
@@ -145,7 +145,7 @@ class IKT3(KTModel):
         self.start = nn.Parameter(torch.zeros(2, c.d))  # start tokens of the context/value streams
         self.pos = nn.Embedding(c.max_len, c.d)
         self.skill_emb = nn.Embedding(c.num_c, c.d)
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = Dropout(c.dropout)
         self.context = Stream(c.d, c.n_heads, d_ff, c.n_blocks, c.dropout)
         self.value = Stream(c.d, c.n_heads, d_ff, c.n_blocks, c.dropout)
         self.perf_head = mlp(3 * c.d, d_head, c.dropout)

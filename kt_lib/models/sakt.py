@@ -21,8 +21,7 @@ from torch import nn
 
 from ..config import require
 from ..data.dataset import Batch, interaction_token
-from ..nn import FeedForward, MultiHeadAttention
-from ..nn.monotonic import Dropout
+from ..nn import Dropout, FeedForward, MultiHeadAttention
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 

@@ -1,6 +1,36 @@
-"""Neural building blocks: masks, attention, transformer layers."""
+"""Neural building blocks: masks, attention (one interface, three backends), dropout, layers.
 
-from .attention import MultiHeadAttention, attend, causal_mask
+- attention.py  the interface: `attend`, `monotonic_attention`, `slot_attention`, masks, MHA
+- reference.py  the math, plainly (the `reference` backend)
+- cpu.py        cache-blocked CPU kernels (the `cpu` backend)
+- cuda.py       whole-tensor programs (the `cuda` backend)
+- backend.py    which backend runs (by device, or forced with `use_backend`)
+- dropout.py    the one `Dropout` (fast Bernoulli on CPU)
+- monotonic.py  AKT/DTransformer attention modules; blocks.py the shared transformer layer
+"""
+
+from .attention import (
+    MonotonicWeights,
+    MultiHeadAttention,
+    attend,
+    causal_mask,
+    monotonic_attention,
+    slot_attention,
+)
+from .backend import BACKENDS, use_backend
 from .blocks import FeedForward, TransformerLayer
+from .dropout import Dropout
 
-__all__ = ["MultiHeadAttention", "attend", "causal_mask", "FeedForward", "TransformerLayer"]
+__all__ = [
+    "BACKENDS",
+    "Dropout",
+    "FeedForward",
+    "MonotonicWeights",
+    "MultiHeadAttention",
+    "TransformerLayer",
+    "attend",
+    "causal_mask",
+    "monotonic_attention",
+    "slot_attention",
+    "use_backend",
+]

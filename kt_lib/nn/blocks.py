@@ -9,13 +9,13 @@ import torch
 from torch import nn
 
 from .attention import MultiHeadAttention
-from .monotonic import Dropout
+from .dropout import Dropout
 
 
 class FeedForward(nn.Module):
     """Position-wise FFN: Linear(D, F) - ReLU - Dropout - Linear(F, D).
 
-    Dropout here and in `TransformerLayer` is `kt_lib.nn.monotonic.Dropout` (a fast Bernoulli:
+    Dropout here and in `TransformerLayer` is `kt_lib.nn.dropout.Dropout` (a fast Bernoulli:
     `nn.Dropout`'s bernoulli_ was a large share of a CPU training step)."""
 
     def __init__(self, d: int, d_ff: int, dropout: float = 0.0):

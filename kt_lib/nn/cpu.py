@@ -1,0 +1,389 @@
+"""The `cpu` backend: cache-blocked attention kernels, fused by hand for CPU speed.
+
+# B batch, H heads, L query steps, S key steps, Dh head dim
+The arithmetic is tiny; memory traffic is what costs on CPU. Both kernels work per block of query
+rows (a block skips keys none of its queries may read: ~40% of the [L, S] work under a causal
+mask at L = 200) and, inside a block, per chunk of batch rows (the elementwise chain stays in
+cache), with [B, H, L, S] scratch tensors recycled by a buffer pool. `whole=True` runs the same
+arithmetic as one block and one chunk, with no host synchronisation: the `cuda` backend's AKT
+attention (kt_lib.nn.cuda). Both equal kt_lib.nn.reference (tests/test_attention.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import OrderedDict
+
+import torch
+import torch.nn.functional as F
+
+from .dropout import draw_keep, keep_scale
+from .reference import DECAY_MAX, DECAY_MIN, safe_mask
+
+CHUNK_ELEMS = 1 << 19  # ~2 MB of float32 per chunk: the elementwise chain stays in cache
+QUERY_BLOCK = 64  # query rows per block; a block skips keys that none of its queries may read
+POOL_MAX_BYTES = 2 << 30  # scratch memory kept for reuse between steps (CPU only)
+
+
+class BufferPool:
+    """Recycles large CPU scratch tensors between calls.
+
+    A fresh multi-megabyte CPU allocation is a new mapping: every page faults on first touch,
+    which costs more than the arithmetic done on it. The attention below takes its [B, H, L, S]
+    buffers from here and gives them back after backward (or right away without autograd). A
+    buffer reused by a later forward bumps its version counter, so a second backward through a
+    stale graph fails loudly instead of reading overwritten values.
+    """
+
+    def __init__(self, max_bytes: int = POOL_MAX_BYTES):
+        self.max_bytes = max_bytes
+        self.free: OrderedDict[tuple, list[torch.Tensor]] = OrderedDict()
+        self.bytes = 0
+
+    def take(
+        self, shape: tuple[int, ...], like: torch.Tensor, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
+        dtype = dtype or like.dtype
+        key = (tuple(shape), dtype, like.device)
+        stack = self.free.get(key)
+        if stack:
+            t = stack.pop()
+            if not stack:  # no empty stacks: eviction below pops from the oldest key
+                del self.free[key]
+            self.bytes -= t.numel() * t.element_size()
+            return t
+        return torch.empty(shape, dtype=dtype, device=like.device)
+
+    def give(self, *tensors: torch.Tensor | None) -> None:
+        seen = set()
+        for t in tensors:
+            if t is None or id(t) in seen or t.device.type != "cpu" or t.numel() == 0:
+                continue
+            seen.add(id(t))
+            key = (tuple(t.shape), t.dtype, t.device)
+            self.free.setdefault(key, []).append(t)
+            self.free.move_to_end(key)
+            self.bytes += t.numel() * t.element_size()
+        while self.bytes > self.max_bytes and self.free:  # evict the least recently used shapes
+            key, stack = next(iter(self.free.items()))
+            if not stack:
+                del self.free[key]
+                continue
+            t = stack.pop(0)
+            self.bytes -= t.numel() * t.element_size()
+            if not stack:
+                del self.free[key]
+
+    def clear(self) -> None:
+        self.free.clear()
+        self.bytes = 0
+
+
+POOL = BufferPool()
+
+
+def clear_buffer_pool() -> None:
+    """Release the scratch memory kept by the CPU attention kernels (e.g. after training)."""
+    POOL.clear()
+
+
+def without_autocast(fn):
+    """Run an autograd Function's forward or backward with autocast off: backward is called
+    from `.backward()`, often inside the caller's autocast block, which would turn the
+    kernel's float32 products into bfloat16 ones (and mismatch its buffers' dtypes)."""
+
+    @functools.wraps(fn)
+    def run(ctx, first, *rest):
+        with torch.autocast(first.device.type, enabled=False):
+            return fn(ctx, first, *rest)
+
+    return run
+
+
+def _masked_bias(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask: 0 where visible, a large finite negative where masked (no inf, no NaN)."""
+    neg = torch.finfo(dtype).min / 2  # finite after adding any score below finfo.max / 2
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, neg)
+
+
+def _query_blocks(mask: torch.Tensor) -> list[tuple[int, int, int]]:
+    """(l0, l1, s1) per block of query rows: keys >= s1 are masked for every query in l0:l1.
+
+    With a causal mask the late blocks read all keys and the early ones few: about 40% of the
+    [L, S] work disappears at L = 200 with no change to any weight (masked weights are 0).
+    """
+    L, S = mask.shape[-2:]
+    visible = mask.reshape(-1, L, S).any(0)  # [L, S]
+    n = max(1, -(-L // QUERY_BLOCK))
+    edges = [round(i * L / n) for i in range(n + 1)]
+    blocks = []
+    for l0, l1 in zip(edges[:-1], edges[1:], strict=True):
+        cols = visible[l0:l1].any(0).nonzero()
+        blocks.append((l0, l1, int(cols.max()) + 1 if len(cols) else 0))
+    return blocks
+
+
+def _rows(t: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
+    """Batch rows b0:b1 of a tensor that may broadcast over the batch (size-1 batch dim)."""
+    return t if t.shape[0] == 1 else t[b0:b1]
+
+
+def _bh(t: torch.Tensor) -> torch.Tensor:
+    """[n, H, L, X] -> [n * H, L, X] view (a slice of contiguous heads folds its batch dims)."""
+    return t.flatten(0, 1)
+
+
+def _chunks(B: int, per_row: int):
+    rows = max(1, min(B, CHUNK_ELEMS // max(1, per_row)))
+    return rows, [(b0, min(B, b0 + rows)) for b0 in range(0, B, rows)]
+
+
+class _MonotonicCore(torch.autograd.Function):
+    """Scores -> context distance -> decay -> masked softmax -> dropout -> weighted values.
+
+    A hand-fused version of AKT's attention for CPU speed (the arithmetic is tiny, memory
+    traffic is what costs):
+    - query blocks: each block of query rows only computes the keys some of its queries see;
+    - batch chunks: inside a block, a few batch rows at a time go through the whole chain -
+      score matmul, elementwise ops in place (`out=`), value matmul - while in cache;
+    - per block, backward keeps the weights W, the dropout's keep mask (0/1), the decay
+      and s3 * (-y) (decayed scores times -theta * dist, zero where the decay clamp is active:
+      it carries the gradient of theta), taken from `POOL`; backward recomputes the rest per
+      chunk. With dropout, dW = dP * keep / (1 - p) and W * keep / (1 - p) = P, so
+      ds = P * dP - W * sum_j(P * dP).
+    Forward and gradients match the plain autograd formula (tests/test_akt_idkt.py).
+    """
+
+    @staticmethod
+    @without_autocast
+    def forward(ctx, q, k, v, theta, bias, pos, has_key, p: float, need_weights: bool, whole):
+        # q [B, H, L, Dh] k/v [B, H, S, Dh] theta [H] bias [B|1, H|1, L, S] pos [L, S]
+        B, H, L, Dh = q.shape
+        S = k.shape[2]
+        # contiguous heads: every chunk slice below is then a strided view bmm reads in place
+        qs = torch.mul(q, Dh**-0.5, out=q.new_empty(q.shape))  # contiguous
+        k, v = k.contiguous(), v.contiguous()
+        th = theta.detach().to(q.dtype)
+        pos_theta2 = pos * th.view(H, 1, 1).square()  # [H, L, S]: (theta |t - tau|)^2
+        neg_y_max = math.log(DECAY_MIN)  # exp(-y) < DECAY_MIN below this: the clamp is active
+        if whole:  # one block: no host-side look at the mask
+            blocks = [(0, L, S)]
+        else:
+            blocks = _query_blocks(bias > torch.finfo(q.dtype).min / 4)
+        out = q.new_zeros(B, H, L, v.shape[-1])
+        full_w = q.new_zeros(B, H, L, S) if need_weights else None
+        full_u = q.new_zeros(B, H, L, S) if need_weights else None
+        keep_grad = any(ctx.needs_input_grad)
+        saved: list[torch.Tensor] = []
+        for l0, l1, s1 in blocks:
+            shape = (B, H, l1 - l0, s1)
+            if s1 == 0:  # no query of the block sees a key: zero output
+                saved += [qs.new_empty(0)] * 4
+                continue
+            W, D, AY = (POOL.take(shape, q) for _ in range(3))
+            keep = POOL.take(shape, q) if p > 0 else None  # 1 keep, 0 drop
+            bias_b, neg_pos_b = bias[..., l0:l1, :s1], -pos_theta2[:, l0:l1, :s1]
+            rows, chunks = (B, [(0, B)]) if whole else _chunks(B, H * (l1 - l0) * s1)
+            work = [POOL.take((rows, *shape[1:]), q) for _ in range(3)]
+            for b0, b1 in chunks:
+                n = b1 - b0
+                a, w, m = (x[:n] for x in work)
+                torch.bmm(_bh(qs[b0:b1, :, l0:l1]), _bh(k[b0:b1, :, :s1]).mT, out=_bh(a))
+                a.add_(_rows(bias_b, b0, b1))  # masked keys: a large finite negative
+                torch.softmax(a, -1, out=w)  # undecayed masked softmax
+                if full_u is not None:
+                    full_u[b0:b1, :, l0:l1, :s1] = w
+                # cumsum accumulates in double: the rounded running sums never pass the row
+                # total (their last entry), so the remainder is >= 0 without a clamp
+                torch.cumsum(w, -1, out=w)
+                total = w[..., -1:].clone()  # row mass
+                # (running sum - total) * -(theta |t - tau|)^2 = (mass after key j) * ...
+                w.sub_(total).mul_(neg_pos_b).sqrt_().neg_()  # -y = -theta * dist, no gradient
+                torch.threshold(w, neg_y_max, 0.0, out=m)  # 0 where the clamp will be active
+                w.exp_()
+                d = D[b0:b1]
+                torch.clamp(w, DECAY_MIN, DECAY_MAX, out=d)  # decay
+                a.mul_(d)  # decayed scores s3 (masked keys stay hugely negative)
+                torch.mul(a, m, out=AY[b0:b1])
+                wts = W[b0:b1]
+                torch.softmax(a, -1, out=wts)
+                if keep is not None:
+                    scale = draw_keep(keep[b0:b1], p)
+                    torch.mul(wts, keep[b0:b1], out=w).mul_(scale)  # P
+                    wts = w
+                out[b0:b1, :, l0:l1] = wts @ v[b0:b1, :, :s1]
+            POOL.give(*work)
+            if full_w is not None:
+                full_w[:, :, l0:l1, :s1] = W
+            saved += [W, D, AY, keep if keep is not None else W.new_empty(0)]
+        out.mul_(has_key)
+        if keep_grad:
+            ctx.save_for_backward(qs, k, v, theta, has_key, *saved)
+            ctx.blocks, ctx.p, ctx.whole = blocks, p, whole
+            ctx.scale = keep_scale(p)
+        else:
+            POOL.give(*saved)
+        if full_w is None:
+            return out, None, None
+        return out, full_w.mul_(has_key), full_u.mul_(has_key)
+
+    @staticmethod
+    @without_autocast
+    def backward(ctx, g_out, _gw, _gu):
+        if getattr(ctx, "done", False):  # its buffers went back to the pool after the first
+            raise RuntimeError(
+                "monotonic attention supports one backward per forward "
+                "(no retain_graph=True second pass)"
+            )
+        ctx.done = True
+        qs, k, v, theta, has_key, *saved = ctx.saved_tensors
+        p = ctx.p
+        B, H, L, Dh = qs.shape
+        g_out = g_out * has_key
+        gq, gk, gv = torch.zeros_like(qs), torch.zeros_like(k), torch.zeros_like(v)
+        g_y = torch.zeros(H, dtype=torch.float64, device=qs.device)  # sum of ds * s3 * (-y)
+        for i, (l0, l1, s1) in enumerate(ctx.blocks):
+            if s1 == 0:
+                continue
+            W, D, AY, keep = saved[4 * i : 4 * i + 4]
+            shape = W.shape
+            rows, chunks = (B, [(0, B)]) if ctx.whole else _chunks(B, H * (l1 - l0) * s1)
+            work = [POOL.take((rows, *shape[1:]), W) for _ in range(3)]
+            for b0, b1 in chunks:
+                n = b1 - b0
+                g, w, pw = (x[:n] for x in work)
+                go, kc, vc = g_out[b0:b1, :, l0:l1], k[b0:b1, :, :s1], v[b0:b1, :, :s1]
+                torch.bmm(_bh(go), _bh(vc).mT, out=_bh(g))  # d loss / d P
+                wts = W[b0:b1]
+                if p > 0:
+                    torch.mul(wts, keep[b0:b1], out=pw).mul_(ctx.scale)  # P again
+                else:
+                    pw = wts
+                gv[b0:b1, :, :s1] += pw.transpose(-2, -1) @ go
+                torch.mul(pw, g, out=w)
+                rowsum = w.sum(-1, keepdim=True)
+                torch.addcmul(w, wts, rowsum, value=-1.0, out=g)  # softmax + dropout backward
+                torch.mul(g, AY[b0:b1], out=w)
+                g_y += w.sum((0, 2, 3), dtype=torch.float64)
+                g.mul_(D[b0:b1])  # d loss / d raw scores
+                gq[b0:b1, :, l0:l1] = g @ kc
+                gk[b0:b1, :, :s1] += g.transpose(-2, -1) @ qs[b0:b1, :, l0:l1]
+            POOL.give(*work)
+        POOL.give(*saved)
+        # s3 = s * exp(-theta dist): d s3 / d theta = -s3 dist = s3 (-y) / theta
+        g_theta = (g_y / theta.detach().double()).to(theta.dtype)
+        return gq.mul_(Dh**-0.5), gk, gv, g_theta, None, None, None, None, None, None
+
+
+class _DropoutAttention(torch.autograd.Function):
+    """softmax(q k^T / sqrt(Dh), masked) -> dropout -> @ v, fused by hand for training on CPU.
+
+    SDPA's fused CPU kernel has no dropout (it falls back to a bernoulli_-based path), and
+    autograd on the plain chain makes ~17 passes over the [B, H, L, S] weights. This one:
+    - query blocks (`_query_blocks`, as AKT's kernel): each block of query rows only computes
+      the keys some of its queries may read, so a causal mask skips ~40% of the work at L = 200;
+    - batch chunks inside a block keep the elementwise passes in cache;
+    - keeps the weights W and the 0/1 keep mask per block (scratch from the buffer pool); the
+      dropout scale 1 / (1 - p) is applied to the [L, Dh] output, not to [L, S] tensors;
+    - the softmax backward's row sums are g . out (a dot over Dh, not a pass over [L, S]).
+    Masked keys get a large finite negative score; a row without any visible key comes out
+    finite (uniform) and the caller zeroes it. One backward per forward.
+    """
+
+    @staticmethod
+    @without_autocast
+    def forward(ctx, q, k, v, mask, p: float):
+        # q [B, H, L, Dh] k/v [B, H, S, Dh]; mask None or bool broadcastable to [B, H, L, S]
+        B, H, L, Dh = q.shape
+        S = k.shape[-2]
+        qs = torch.mul(q, Dh**-0.5, out=q.new_empty(q.shape))  # contiguous heads
+        k, v = k.contiguous(), v.contiguous()
+        if mask is None:
+            blocks, bias = [(0, L, S)], None
+        else:
+            mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
+            blocks, bias = _query_blocks(mask), _masked_bias(mask, q.dtype)
+        out = q.new_zeros(B, H, L, v.shape[-1])
+        saved: list[torch.Tensor] = []
+        scale = 1.0
+        for l0, l1, s1 in blocks:
+            shape = (B, H, l1 - l0, s1)
+            if s1 == 0:  # no query of the block reads a key: zero output
+                saved += [qs.new_empty(0)] * 2
+                continue
+            W, keep = POOL.take(shape, q), POOL.take(shape, q)
+            scale = draw_keep(keep, p)  # 0/1; the scale goes onto the output
+            bias_b = None if bias is None else bias[..., l0:l1, :s1]
+            rows, chunks = _chunks(B, H * (l1 - l0) * s1)
+            work = POOL.take((rows, *shape[1:]), q)
+            for b0, b1 in chunks:
+                a = work[: b1 - b0]
+                torch.bmm(_bh(qs[b0:b1, :, l0:l1]), _bh(k[b0:b1, :, :s1]).mT, out=_bh(a))
+                if bias_b is not None:
+                    a.add_(_rows(bias_b, b0, b1))
+                torch.softmax(a, -1, out=W[b0:b1])
+                torch.mul(W[b0:b1], keep[b0:b1], out=a)  # dropped weights (unscaled)
+                out[b0:b1, :, l0:l1] = a @ v[b0:b1, :, :s1]
+            POOL.give(work)
+            saved += [W, keep]
+        out.mul_(scale)
+        if any(ctx.needs_input_grad):
+            ctx.save_for_backward(qs, k, v, out, *saved)
+            ctx.blocks, ctx.scale = blocks, scale
+        else:
+            POOL.give(*saved)
+        return out
+
+    @staticmethod
+    @without_autocast
+    def backward(ctx, g):
+        if getattr(ctx, "done", False):  # its buffers went back to the pool after the first
+            raise RuntimeError("attention dropout supports one backward per forward")
+        ctx.done = True
+        qs, k, v, out, *saved = ctx.saved_tensors
+        Dh = qs.shape[-1]
+        g = g.contiguous()
+        # softmax backward needs sum_j dW_j W_j = sum_j (gs . v_j) keep_j W_j = g . out
+        dot = (g * out).sum(-1, keepdim=True)
+        gs = g * ctx.scale
+        g_q, g_k, g_v = torch.zeros_like(qs), torch.zeros_like(k), torch.zeros_like(v)
+        for i, (l0, l1, s1) in enumerate(ctx.blocks):
+            if s1 == 0:
+                continue
+            W, keep = saved[2 * i : 2 * i + 2]
+            rows, chunks = _chunks(qs.shape[0], W[0].numel())
+            work = [POOL.take((rows, *W.shape[1:]), W) for _ in range(2)]
+            for b0, b1 in chunks:
+                t, pw = (x[: b1 - b0] for x in work)
+                go, kc, vc = gs[b0:b1, :, l0:l1], k[b0:b1, :, :s1], v[b0:b1, :, :s1]
+                torch.mul(W[b0:b1], keep[b0:b1], out=pw)
+                g_v[b0:b1, :, :s1] += pw.mT @ go
+                torch.bmm(_bh(go), _bh(vc).mT, out=_bh(t))  # d loss / d dropped weights
+                t.mul_(keep[b0:b1]).sub_(dot[b0:b1, :, l0:l1]).mul_(W[b0:b1])  # -> scores
+                g_q[b0:b1, :, l0:l1] = t @ kc
+                g_k[b0:b1, :, :s1] += t.mT @ qs[b0:b1, :, l0:l1]
+            POOL.give(*work)
+        POOL.give(*saved)
+        return g_q.mul_(Dh**-0.5), g_k, g_v, None, None
+
+
+def attention(q, k, v, mask, dropout: float):
+    """Plain attention without weights: the fused kernel in training with dropout, else SDPA's
+    fused CPU kernel (it has no dropout of its own: it would fall back to `bernoulli_`)."""
+    if dropout > 0:
+        return _DropoutAttention.apply(q, k, v, mask, dropout)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask(mask))
+
+
+def monotonic(q, k, v, theta, mask, dropout: float, need_weights: bool, whole: bool = False):
+    """AKT attention -> (out, decayed, undecayed); mask [B|1, H|1, L, S] bool, theta [H] > 0."""
+    L, S = q.shape[2], k.shape[2]
+    has_key = mask.any(-1, keepdim=True).to(q.dtype)  # [.., L, 1]
+    bias = _masked_bias(mask, q.dtype)
+    i = torch.arange(L, device=q.device, dtype=q.dtype).unsqueeze(1)
+    j = torch.arange(S, device=q.device, dtype=q.dtype).unsqueeze(0)
+    pos = (i - j).abs_()  # [L, S] |t - tau|
+    return _MonotonicCore.apply(
+        q, k, v, theta, bias, pos, has_key, float(dropout), need_weights, whole
+    )

@@ -1,0 +1,101 @@
+"""The attention math of kt_lib, written plainly: the `reference` backend.
+
+# B batch, H heads, L query steps, S key steps, Dh head dim, K knowledge slots
+Every faster backend (kt_lib.nn.cpu, kt_lib.nn.cuda) is tested against these functions, outputs
+and gradients, with the same dropout draws (`keep`: 1 keep, 0 drop, scaled by 1 / (1 - p)).
+Masks are boolean, True = the query may read that key; a row with no readable key outputs zeros.
+Masked keys get the dtype's most negative finite score, so no reduction ever sees inf or NaN.
+
+Plain attention:      w_ij = softmax_j(q_i . k_j / sqrt(Dh)),  out_i = sum_j w_ij v_j
+AKT's monotonic attention (Ghosh et al. 2020), with s_ij = q_i . k_j / sqrt(Dh) and a_ij its
+masked softmax:
+    dist_ij  = sqrt(|i - j| * sum_{j' > j} a_ij')        (no gradient, as in AKT)
+    decay_ij = clamp(exp(-softplus(gamma_h) * dist_ij), 1e-5, 1e5)
+    w_ij     = masked softmax_j(s_ij * decay_ij)
+`sum_{j' > j} a_ij'` is the attention mass between key j and the query: a key followed by many
+related (highly attended) steps counts as far away, one followed by unrelated steps stays close.
+DTransformer's slot attention (Block 4) is the same with one query per knowledge slot (the same
+at every step t, reading keys j < t), then "max-out": each row is divided by
+max(largest weight, 0.2), so its largest weight becomes 1 (at most x5).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+DECAY_MIN, DECAY_MAX = 1e-5, 1e5  # AKT's clamp of exp(-gamma * dist)
+MAXOUT_FLOOR = 0.2  # DTransformer's max-out divides by max(largest weight, 0.2)
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """softmax over the last dim restricted to `mask`; rows with no readable key are all zero."""
+    if mask is None:
+        return scores.softmax(-1)
+    w = scores.masked_fill(~mask, torch.finfo(scores.dtype).min).softmax(-1)
+    return w * mask.any(-1, keepdim=True)
+
+
+def safe_mask(mask: torch.Tensor | None) -> torch.Tensor | None:
+    """`mask` where rows with no readable key read every key instead (their output is zeroed
+    afterwards): fused kernels then never take a softmax over an empty row."""
+    return None if mask is None else mask | ~mask.any(-1, keepdim=True)
+
+
+def dropped(w: torch.Tensor, p: float, keep: torch.Tensor | None) -> torch.Tensor:
+    """Dropout on attention weights: the given keep draws, else fresh ones (F.dropout)."""
+    if keep is not None:
+        return w * keep / (1 - p)
+    return F.dropout(w, p) if p > 0 else w
+
+
+def attention(q, k, v, mask=None, dropout: float = 0.0, keep=None):
+    """Scaled dot-product attention -> (out [B, H, L, Dh], weights [B, H, L, S] before dropout)."""
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    w = masked_softmax(scores, mask)
+    return dropped(w, dropout, keep) @ v, w
+
+
+def decay_rate(gamma: torch.Tensor) -> torch.Tensor:
+    """Positive per-head decay rate theta_h = softplus(gamma_h)."""
+    return F.softplus(gamma)
+
+
+def decay_factor(dist: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """exp(-softplus(gamma) * dist) clamped to [1e-5, 1e5]; gamma [H] broadcasts on dim -3."""
+    theta = decay_rate(gamma).view(-1, 1, 1)
+    return torch.exp(dist * -theta).clamp(DECAY_MIN, DECAY_MAX)
+
+
+def context_distance(scores: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(dist, undecayed weights a) from raw scores [..., L, S] and a bool mask, no gradient."""
+    with torch.no_grad():
+        L, S = scores.shape[-2:]
+        a = masked_softmax(scores, mask)
+        after = a.sum(-1, keepdim=True) - a.cumsum(-1)  # attention mass after key j
+        i = torch.arange(L, device=scores.device).unsqueeze(1)
+        j = torch.arange(S, device=scores.device).unsqueeze(0)
+        dist = (after * (i - j).abs()).clamp(min=0.0).sqrt()
+    return dist, a
+
+
+def monotonic(q, k, v, gamma, mask, dropout: float = 0.0, keep=None):
+    """AKT attention -> (out [B, H, L, Dh], decayed weights, undecayed weights) [B, H, L, S]."""
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    dist, undecayed = context_distance(scores, mask)
+    w = masked_softmax(scores * decay_factor(dist, gamma), mask)
+    return dropped(w, dropout, keep) @ v, w, undecayed
+
+
+def slot(r, v, gamma, mask):
+    """DTransformer's Block 4 -> (out [B, K, H, L, Dh], weights [B, K, H, L, S]).
+
+    r [B, K, H, 1, S]: each slot's score against every key (the same for every query step);
+    v [B, 1, H, S, Dh]; mask broadcastable to [B, K, H, L, S] (keys j < t that are not hidden).
+    """
+    S = r.shape[-1]
+    scores = r.expand(*r.shape[:-2], S, S)  # query step t = 0..S-1
+    dist, _ = context_distance(scores, mask)
+    w = masked_softmax(scores * decay_factor(dist, gamma), mask)
+    w = w / w.amax(-1, keepdim=True).clamp(min=MAXOUT_FLOOR)  # max-out
+    return w @ v, w
