@@ -1,34 +1,86 @@
 """Checkpoints without pickle: tensors via torch.save (loaded with weights_only=True) + JSON meta.
 
-Both files are written atomically (temp file in the same folder, then os.replace).
+Both files are written atomically (temp file in the same folder, then os.replace), with the mode a
+plain open() would give them. A model checkpoint is a pair written `.pt` first, `.json` second;
+the `.json` records the SHA-256 of the exact `.pt` bytes (`pt_sha256`), and loading checks it, so
+a pair torn by an interrupted save, or a damaged `.pt`, is refused instead of loaded. Unreadable
+files raise ValueError naming the file. No pickle runs on load, but a model config may name a
+custom similarity head by `module_path`: loading such a checkpoint imports that module (its
+import-time code runs), so load checkpoints only from sources you trust.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import stat
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from .config import parse_json
+
+
+def _new_file_mode(path: Path) -> int:
+    """The mode `open(path, "w")` leaves: the existing file's, else 0o666 minus the umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        pass
+    mask = os.umask(0o077)  # the umask can only be read by setting it; restore it at once
+    os.umask(mask)
+    return 0o666 & ~mask
+
 
 def atomic_write_bytes(path: str | Path, write) -> None:
-    """Call `write(fileobj)` on a temp file next to `path`, then rename it into place."""
+    """Call `write(fileobj)` on a temp file next to `path`, then rename it into place.
+
+    mkstemp creates the temp file 0600; it gets `_new_file_mode(path)` before the rename.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = _new_file_mode(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes; read errors other than a missing file become ValueError naming it."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the file ({exc.strerror or exc})") from exc
+
+
+def _torch_load(data: bytes, path: Path, map_location) -> dict[str, Any]:
+    """torch.load (weights_only) of `data`, read from `path`; damaged data -> ValueError."""
+    try:
+        return torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except Exception as exc:  # EOFError, UnpicklingError, RuntimeError, KeyError, IndexError, ...
+        # the first sentence of torch's reason, not its advice to retry with weights_only=False
+        reason = str(exc).split("WeightsUnpickler error:")[-1].strip().split("\n\n")[0]
+        reason = " ".join(reason.split()).split(". ")[0].rstrip(".") or "empty or truncated file"
+        raise ValueError(
+            f"{path}: not a loadable tensor checkpoint ({type(exc).__name__}: {reason}); the "
+            "file is truncated, corrupted, or was not written by kt_lib"
+        ) from exc
 
 
 def save_tensors(path: str | Path, tensors: dict[str, Any]) -> None:
@@ -37,7 +89,8 @@ def save_tensors(path: str | Path, tensors: dict[str, Any]) -> None:
 
 
 def load_tensors(path: str | Path, map_location="cpu") -> dict[str, Any]:
-    return torch.load(path, map_location=map_location, weights_only=True)
+    path = Path(path)
+    return _torch_load(_read_bytes(path), path, map_location)
 
 
 def save_json(path: str | Path, obj: dict) -> None:
@@ -45,29 +98,62 @@ def save_json(path: str | Path, obj: dict) -> None:
 
 
 def load_json(path: str | Path) -> dict:
-    return json.loads(Path(path).read_text())
+    """A JSON object from `path`; unreadable or invalid files raise ValueError naming it."""
+    path = Path(path)
+    try:
+        text = _read_bytes(path).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON (not UTF-8 text: {exc.reason})") from exc
+    data = parse_json(text, path)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def save_model(path: str | Path, model, meta: dict | None = None, optimizer=None) -> None:
-    """Write `<path>.pt` (state dict, extra state, optimizer) and `<path>.json` (name, config)."""
+    """Write `<path>.pt` (state dict, extra state, optimizer), then `<path>.json` (name, config,
+    `meta` and `pt_sha256`, the SHA-256 of the `.pt` bytes)."""
     from dataclasses import asdict
 
     path = Path(path)
     tensors = {"model": model.state_dict(), "extra": model.extra_state()}
     if optimizer is not None:
         tensors["optimizer"] = optimizer.state_dict()
-    save_tensors(path.with_suffix(".pt"), tensors)
+    buf = io.BytesIO()
+    torch.save(tensors, buf)
+    data = buf.getvalue()
+    atomic_write_bytes(path.with_suffix(".pt"), lambda f: f.write(data))
     info = {"model": model.registry_name, "config": asdict(model.config), **(meta or {})}
+    info["pt_sha256"] = hashlib.sha256(data).hexdigest()
     save_json(path.with_suffix(".json"), info)
+
+
+def load_checkpoint(path: str | Path, map_location="cpu") -> tuple[dict, dict[str, Any]]:
+    """(meta, tensors) of a `save_model` pair, after checking the `.pt` against the `.json`.
+
+    Raises ValueError naming both files when the `.pt` bytes do not have the SHA-256 the `.json`
+    records. Pairs written before the hash was recorded load with a warning.
+    """
+    path = Path(path)
+    pt, js = path.with_suffix(".pt"), path.with_suffix(".json")
+    meta = load_json(js)
+    data = _read_bytes(pt)
+    expected = meta.get("pt_sha256")
+    if expected is None:
+        warnings.warn(f"{js}: no pt_sha256; {pt} is not verified", UserWarning, stacklevel=2)
+    elif hashlib.sha256(data).hexdigest() != expected:
+        raise ValueError(
+            f"{pt} does not match {js} (its SHA-256 differs from the one recorded there): the "
+            "pair is inconsistent (e.g. an interrupted write) or corrupted"
+        )
+    return meta, _torch_load(data, pt, map_location)
 
 
 def load_model(path: str | Path, map_location="cpu"):
     """Rebuild a registered model from `save_model` files; returns (model, meta, tensors)."""
     from .models import build_model
 
-    path = Path(path)
-    meta = load_json(path.with_suffix(".json"))
-    tensors = load_tensors(path.with_suffix(".pt"), map_location)
+    meta, tensors = load_checkpoint(path, map_location)
     model = build_model(meta["model"], meta["config"])
     model.load_state_dict(tensors["model"])
     model.load_extra_state(tensors.get("extra", {}))

@@ -14,14 +14,61 @@ import yaml
 C = TypeVar("C")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that refuses a key given twice in one mapping (PyYAML keeps the last).
+
+    Checked as written, before `<<` merges, so a mapping may still override a merged-in key.
+    """
+
+    def compose_mapping_node(self, anchor):
+        node = super().compose_mapping_node(anchor)
+        seen: set[tuple[str, str]] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            key = (key_node.tag, key_node.value)
+            if key in seen:
+                raise ValueError(
+                    f"line {key_node.start_mark.line + 1}: duplicate key {key_node.value!r} "
+                    "(it would silently replace the earlier value)"
+                )
+            seen.add(key)
+        return node
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict:
+    """json object_pairs_hook: refuse a key given twice in one object (json keeps the last)."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r} (it would silently replace the earlier value)")
+        out[key] = value
+    return out
+
+
+def parse_json(text: str, source: str | Path) -> Any:
+    """json.loads refusing duplicate keys; errors are ValueErrors naming `source` (and the line)."""
+    try:
+        return json.loads(text, object_pairs_hook=_unique_pairs)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{source}: not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from exc
+    except ValueError as exc:  # a duplicate key
+        raise ValueError(f"{source}: not valid JSON: {exc}") from exc
+
+
 def read_mapping(path: str | Path) -> dict:
-    """Read a YAML or JSON file into a dict (clear error if it is not a mapping)."""
+    """Read a YAML or JSON file into a dict (clear error if not a mapping or a key repeats)."""
     path = Path(path)
     text = path.read_text()
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: not valid {path.suffix.lstrip('.') or 'YAML'}: {exc}") from exc
+    if path.suffix == ".json":
+        data = parse_json(text, path)
+    else:
+        try:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)
+        except (yaml.YAMLError, ValueError) as exc:  # ValueError: duplicate key, bad date
+            raise ValueError(f"{path}: not valid YAML: {exc}") from exc
     if data is None:
         data = {}
     if not isinstance(data, dict):

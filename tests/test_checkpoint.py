@@ -1,0 +1,174 @@
+"""Checkpoint integrity, load errors that name the file, and file modes of atomic writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+
+import pytest
+import torch
+
+import kt_lib.checkpoint as ckpt
+from kt_lib.checkpoint import (
+    load_checkpoint,
+    load_json,
+    load_model,
+    load_tensors,
+    save_json,
+    save_model,
+    save_tensors,
+)
+from kt_lib.models import build_model
+from tests.conftest import make_tiny_dataset
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return build_model("sakt", preset="tiny", dataset=make_tiny_dataset(n=4))
+
+
+def _bump(model) -> None:
+    """The next 'epoch': different weights."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01)
+
+
+def test_save_model_records_the_pt_hash_and_round_trips(model, tmp_path):
+    save_model(tmp_path / "m", model, {"epoch": 3})
+    meta, tensors = load_checkpoint(tmp_path / "m")
+    assert meta["epoch"] == 3 and re.fullmatch(r"[0-9a-f]{64}", meta["pt_sha256"])
+    for k, v in model.state_dict().items():
+        assert torch.equal(tensors["model"][k], v)
+    loaded, meta2, _ = load_model(tmp_path / "m")
+    assert meta2 == meta and isinstance(loaded, type(model))
+    # the lower-level helpers keep working for other callers
+    assert load_json(tmp_path / "m.json") == meta
+    assert set(load_tensors(tmp_path / "m.pt")) == {"model", "extra"}
+
+
+def test_flipped_byte_in_pt_is_refused(model, tmp_path):
+    save_model(tmp_path / "m", model)
+    pt = tmp_path / "m.pt"
+    data = bytearray(pt.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    pt.write_bytes(bytes(data))
+    for load in (load_checkpoint, load_model):
+        with pytest.raises(ValueError, match=r"m\.pt does not match .*m\.json.*inconsistent"):
+            load(tmp_path / "m")
+
+
+def test_pt_of_another_epoch_is_refused(model, tmp_path):
+    save_model(tmp_path / "a" / "m", model, {"epoch": 1})
+    _bump(model)
+    save_model(tmp_path / "b" / "m", model, {"epoch": 2})
+    shutil.copyfile(tmp_path / "b" / "m.pt", tmp_path / "a" / "m.pt")
+    with pytest.raises(ValueError, match=r"a/m\.pt does not match .*a/m\.json.*interrupted"):
+        load_checkpoint(tmp_path / "a" / "m")
+
+
+def test_save_interrupted_between_pt_and_json_is_refused(model, tmp_path, monkeypatch):
+    save_model(tmp_path / "m", model, {"epoch": 1})
+
+    def killed(path, obj):
+        raise KeyboardInterrupt  # the process dies after the .pt rename, before the .json
+
+    monkeypatch.setattr(ckpt, "save_json", killed)
+    _bump(model)
+    with pytest.raises(KeyboardInterrupt):
+        save_model(tmp_path / "m", model, {"epoch": 2})
+    with pytest.raises(ValueError, match="inconsistent"):
+        load_checkpoint(tmp_path / "m")
+
+
+def test_pair_without_hash_loads_with_a_warning(model, tmp_path):
+    save_model(tmp_path / "m", model)
+    meta = load_json(tmp_path / "m.json")
+    del meta["pt_sha256"]
+    save_json(tmp_path / "m.json", meta)
+    with pytest.warns(UserWarning, match="no pt_sha256"):
+        load_checkpoint(tmp_path / "m")
+
+
+@pytest.mark.filterwarnings("ignore:.*no pt_sha256")
+@pytest.mark.parametrize(
+    "kind, content",
+    [
+        ("empty", b""),  # EOFError
+        ("random", b"\x80\x02garbage" * 10),  # UnpicklingError with weights_only advice
+        ("text", b"hello world\n"),  # KeyError
+        ("directory", None),  # IsADirectoryError (an OSError)
+    ],
+    ids=["empty", "random", "text", "directory"],
+)
+def test_unreadable_pt_names_the_file(model, tmp_path, kind, content):
+    save_model(tmp_path / "m", model)
+    pt = tmp_path / "m.pt"
+    pt.unlink()
+    if content is None:
+        pt.mkdir()
+    else:
+        pt.write_bytes(content)
+    with pytest.raises(ValueError, match=re.escape(str(pt))) as info:
+        load_tensors(pt)
+    assert "weights_only" not in str(info.value)  # no advice to unpickle untrusted bytes
+    meta = load_json(tmp_path / "m.json")
+    meta["pt_sha256"] = None  # an unverified pair: torch.load's error must still name the file
+    save_json(tmp_path / "m.json", meta)
+    with pytest.raises(ValueError, match=re.escape(str(pt))):
+        load_checkpoint(tmp_path / "m")
+
+
+def test_truncated_pt_names_the_file(model, tmp_path):
+    save_tensors(tmp_path / "t.pt", {"w": torch.ones(100)})
+    data = (tmp_path / "t.pt").read_bytes()
+    (tmp_path / "t.pt").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"t\.pt: not a loadable tensor checkpoint"):
+        load_tensors(tmp_path / "t.pt")
+
+
+def test_bad_json_names_the_file_line_and_column(model, tmp_path):
+    save_model(tmp_path / "m", model)
+    js = tmp_path / "m.json"
+    js.write_text('{\n  "model": "sakt",\n  "config": \n}')
+    for load in (load_json, lambda p: load_checkpoint(tmp_path / "m")):
+        with pytest.raises(ValueError, match=r"m\.json: not valid JSON at line 4, column 1"):
+            load(js)
+    js.write_bytes(b"\xff\xfe garbage")
+    with pytest.raises(ValueError, match=r"m\.json: not valid JSON \(not UTF-8"):
+        load_json(js)
+    js.write_text("[1, 2]")
+    with pytest.raises(ValueError, match=r"m\.json: expected a JSON object, got list"):
+        load_json(js)
+    (tmp_path / "dir.json").mkdir()
+    with pytest.raises(ValueError, match=r"dir\.json: cannot read the file"):
+        load_json(tmp_path / "dir.json")
+    with pytest.raises(FileNotFoundError, match="missing.json"):
+        load_json(tmp_path / "missing.json")
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_atomic_writes_get_the_mode_open_would_give(model, tmp_path):
+    old = os.umask(0o022)
+    try:
+        save_json(tmp_path / "results.json", {"a": 1})
+        save_model(tmp_path / "m", model)
+        assert _mode(tmp_path / "results.json") == 0o644
+        assert _mode(tmp_path / "m.pt") == _mode(tmp_path / "m.json") == 0o644
+        os.umask(0o027)
+        save_json(tmp_path / "new.json", {"a": 1})
+        assert _mode(tmp_path / "new.json") == 0o640
+        os.chmod(tmp_path / "results.json", 0o664)  # replacing a file keeps its mode
+        save_json(tmp_path / "results.json", {"a": 2})
+        assert _mode(tmp_path / "results.json") == 0o664
+        assert json.loads((tmp_path / "results.json").read_text()) == {"a": 2}
+    finally:
+        os.umask(old)
+    assert not list(tmp_path.glob(".*.tmp"))
