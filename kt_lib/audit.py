@@ -84,10 +84,26 @@ def audit_causality(
     atol: float = 1e-5,
     seed: int = 0,
     rebuild: Callable[[KTModel, Batch], None] | None = None,
+    mode: str = "eval",
 ) -> AuditResult:
-    """Perturb the future at each audited step and measure how far past predictions move."""
+    """Perturb the future at each audited step and measure how far past predictions move.
+
+    `mode="train"` audits the training forward (dropout, key hiding, training-only paths) with
+    the same random draws for every pass (the RNG is reseeded before each one), so leaks that
+    exist only in training are caught too. For leaks below the default `atol`, audit a
+    float64 copy of the model (`model.double()`) with a tight tolerance such as 1e-10.
+    """
+    if mode not in ("eval", "train"):
+        raise ValueError(f"mode must be 'eval' or 'train', got {mode!r}")
     was_training = model.training
-    model.eval()
+    model.train(mode == "train")
+
+    def forward(b: Batch) -> torch.Tensor:
+        cuda = [b.q.device.index or 0] if b.q.is_cuda else []
+        with torch.random.fork_rng(devices=cuda):
+            torch.manual_seed(seed)  # the same dropout draws in every pass
+            return model(b).logits
+
     c = model.config
     L = batch.q.shape[1]
     if steps is None:
@@ -95,14 +111,14 @@ def audit_causality(
     g = torch.Generator().manual_seed(seed)
     if rebuild is not None:
         rebuild(model, batch)
-    base = model(batch).logits
+    base = forward(batch)
     worst, worst_t = 0.0, steps[0]
     for t in steps:
         for _ in range(trials):
             pert = perturb_future(batch, t, c.num_c, getattr(c, "num_pid", 0), c.K, g)
             if rebuild is not None:
                 rebuild(model, pert)
-            out = model(pert).logits
+            out = forward(pert)
             keep = batch.mask[:, : t + 1]
             diff = (out[:, : t + 1] - base[:, : t + 1]).abs()
             if diff.dim() == 3:

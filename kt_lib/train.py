@@ -130,22 +130,25 @@ def predict(
 
 
 def question_rows(pred: dict[str, np.ndarray]) -> np.ndarray:
-    """Rows that open a question: False on a row that continues the previous row's problem with
-    another skill.
+    """Rows that open a question: False on a row that continues a question already opened.
 
     Formats that expand a multi-skill problem into one row per skill (the 4-line format, pykt)
     put its rows at consecutive steps, and row 2 of a problem sees row 1's response - the answer
     to the same question. Scoring only each question's first row (which saw no response to it)
-    evaluates per question (GUIDE section 9). The same problem with the same skill at the next
-    step is a new attempt and is kept. Rows come from `predict`, in (student, step) order.
+    evaluates per question (GUIDE section 9). Inside a run of consecutive rows of one problem, a
+    skill seen again starts a new attempt ((P,a),(P,b),(P,a),(P,b) is two questions), so the
+    n-th occurrence of a skill belongs to attempt n, and an attempt's first row opens it. Rows
+    come from `predict`, in (student, step) order.
     """
-    keep = np.ones(len(pred["y_true"]), dtype=bool)
-    if "pid" not in pred or len(keep) < 2:
-        return keep
-    uid, step, pid, q = pred["uid"], pred["step"], pred["pid"], pred["q"]
+    n = len(pred["y_true"])
+    if "pid" not in pred or n < 2:
+        return np.ones(n, dtype=bool)
+    uid, step, pid = pred["uid"], pred["step"], pred["pid"]
     same_problem = (uid[1:] == uid[:-1]) & (step[1:] == step[:-1] + 1) & (pid[1:] == pid[:-1])
-    keep[1:] = ~(same_problem & (q[1:] != q[:-1]))
-    return keep
+    run = np.cumsum(np.concatenate([[True], ~same_problem]))  # id of each run of one problem
+    rows = pd.DataFrame({"run": run, "q": pred["q"]})
+    rows["attempt"] = rows.groupby(["run", "q"]).cumcount()  # n-th time this skill in the run
+    return ~rows.duplicated(["run", "attempt"]).to_numpy()
 
 
 def evaluate(
@@ -181,9 +184,17 @@ def seeded(seed: int):
 PROGRESS_EVERY = 20  # steps between progress-bar loss updates (each one syncs with the GPU)
 
 
-def _check_splits(train: KTDataset, valid: KTDataset, metric: str) -> None:
+def _check_splits(model: KTModel, train: KTDataset, valid: KTDataset, metric: str) -> None:
     """Refuse, before any epoch, splits that cannot train or select a model."""
     require(len(train) > 0, "the training split holds no student")
+    for name, data in (("training", train), ("validation", valid)):
+        require(
+            data.K == model.config.K,
+            f"the {name} data have K={data.K} response categories but the model was built "
+            f"for K={model.config.K}"
+            + (" (a binary model)" if not model.ordinal else "")
+            + "; build the model from the data (build_model(name, dataset=...))",
+        )
     require(len(valid) > 0, "the validation split holds no student: early stopping needs one")
     if metric == "auc":
         seen = np.unique(np.concatenate([np.unique(s.r) for s in valid.students]))
@@ -209,7 +220,7 @@ def fit(
     # types and ranges of every field checked before any work (errors name the field)
     cfg = from_dict(TrainConfig, {**asdict(config or TrainConfig()), **overrides}, "TrainConfig")
     metric = cfg.metric or ("qwk" if model.ordinal and model.config.K > 2 else "auc")
-    _check_splits(train, valid, metric)
+    _check_splits(model, train, valid, metric)
     if cfg.keep_freed_memory and cfg.device == "cpu":
         keep_freed_memory()
     model.to(cfg.device)

@@ -34,6 +34,87 @@ class _LeakyToy(KTModel):
         return ModelOutput(logits=self.w * r)
 
 
+class _TrainOnlyLeak(_LeakyToy):
+    """Reads the next response only in training mode, under dropout."""
+
+    def forward(self, batch, return_attention=False):
+        if not self.training:
+            return ModelOutput(logits=self.w * 0 * batch.r.float())
+        nxt = torch.nn.functional.pad(batch.r.float(), (0, 1))[:, 1:]
+        return ModelOutput(logits=torch.nn.functional.dropout(self.w * nxt, 0.5))
+
+
+class _TinyLeak(_LeakyToy):
+    """Lets the next response move the logit by 1e-8: below the default tolerance."""
+
+    def forward(self, batch, return_attention=False):
+        nxt = torch.nn.functional.pad(batch.r.to(self.w.dtype), (0, 1))[:, 1:]
+        return ModelOutput(logits=self.w * 1e-8 * nxt)
+
+
+def test_auditor_catches_training_only_and_tiny_leaks():
+    batch = random_batch(5, B=3, L=10, seed=0)
+    train_leak = _TrainOnlyLeak(BaseConfig(num_c=5))
+    assert audit_causality(train_leak, batch)  # invisible in eval mode
+    assert not audit_causality(train_leak, batch, mode="train")  # same draws: the leak shows
+    tiny = _TinyLeak(BaseConfig(num_c=5)).double()
+    assert audit_causality(tiny, batch)  # below the default atol
+    assert not audit_causality(tiny, batch, atol=1e-10)
+    with pytest.raises(ValueError, match="mode"):
+        audit_causality(tiny, batch, mode="test")
+
+
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ({"grad_clip": -1.0}, "grad_clip"),
+        ({"metric": "aucc"}, "metric"),
+        ({"eval_batch_size": 0}, "eval_batch_size"),
+        ({"lr": float("inf")}, "lr"),
+        ({"epochs": "3"}, "epochs"),
+        ({"precision": "fp16"}, "precision"),
+        ({"backend": "gpu"}, "backend"),
+        ({"device": "tpu:x"}, "device"),
+    ],
+)
+def test_train_config_is_validated_before_any_work(override, field):
+    data = make_tiny_dataset(5, 0)
+    model = build_model("dkt", preset="tiny", num_c=5)
+    with pytest.raises(ValueError, match=field):
+        fit(model, data, data, progress=False, **override)
+
+
+def test_fit_refuses_splits_it_cannot_use():
+    from kt_lib.data.dataset import KTDataset
+
+    data = make_tiny_dataset(5, 0)
+    model = build_model("dkt", preset="tiny", num_c=5)
+    one_class = KTDataset([type(s)(s.uid, s.q, s.r * 0, s.pid) for s in data.students], 5, 0, 2)
+    with pytest.raises(ValueError, match="AUC is undefined"):
+        fit(model, data, one_class, progress=False)
+    three = make_tiny_dataset(5, 0, K=3)
+    with pytest.raises(ValueError, match="K=3 .* K=2"):
+        fit(model, three, three, progress=False)
+    with pytest.raises(ValueError, match="validation split holds no student"):
+        fit(model, data, KTDataset([], 5, 0, 2), progress=False)
+
+
+def test_an_immediate_second_attempt_at_a_multi_skill_problem_is_a_new_question():
+    from kt_lib.train import question_rows
+
+    # (P,a),(P,b),(P,a),(P,b) then (Q,a): attempts 1 and 2 of P, then Q
+    pred = {
+        "y_true": np.zeros(5),
+        "uid": np.zeros(5, dtype=int),
+        "step": np.arange(5),
+        "pid": np.array([7, 7, 7, 7, 8]),
+        "q": np.array([0, 1, 0, 1, 0]),
+    }
+    assert question_rows(pred).tolist() == [True, False, True, False, True]
+    pred["q"] = np.array([0, 0, 0, 1, 1])  # same skill again: three attempts, the last two-skill
+    assert question_rows(pred).tolist() == [True, True, True, False, True]
+
+
 @pytest.mark.parametrize("lag", [0, 1, 5])
 def test_auditor_catches_leaky_toy(lag):
     model = _LeakyToy(BaseConfig(num_c=5), lag)

@@ -183,8 +183,8 @@ LOG = (
 )
 
 
-def test_log_sorts_maps_and_infers_K(tmp_path):
-    d = read_log(_write(tmp_path, "log.csv", LOG), problem="problem")
+def test_log_sorts_and_maps(tmp_path):
+    d = read_log(_write(tmp_path, "log.csv", LOG), problem="problem", K=3)
     assert (len(d), d.num_c, d.num_pid, d.K) == (2, 3, 3, 3)
     assert d.meta["skill_ids"] == ["s1", "s2", "s3"] and d.meta["raw_uid"] == {0: "a", 1: "b"}
     a, b = d.students
@@ -209,6 +209,178 @@ def test_log_errors(tmp_path, text, kw, line, value):
     path = _write(tmp_path, "log.csv", text)
     with pytest.raises(ValueError, match=rf"log\.csv line {line}\b.*{re.escape(value)}"):
         read_log(path, **kw)
+
+
+# --- bad-input audit (issue 15): rules every reader shares ----------------------------------
+
+LOG_HEADER = "user,skill,correct,order\n"
+PYKT_ROW = '0,u,"1,2","1,2","0,1","1,1"\n'
+
+
+def _read(reader, tmp_path: Path, text: str | bytes, **kw):
+    """Write `text` where `reader` looks for it and read it back."""
+    name = {"pykt": "train_valid.csv", "log": "log.csv"}.get(reader, "data.csv")
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    fn = {"line3": read_line3, "line4": read_line4, "pykt": read_pykt, "log": read_log}[reader]
+    return fn(tmp_path if reader == "pykt" else path, **kw)
+
+
+def _raises(reader, tmp_path, text, line, value, **kw):
+    name = {"pykt": "train_valid", "log": "log"}.get(reader, "data")
+    with pytest.raises(ValueError, match=rf"{name}\.csv line {line}\b.*{re.escape(value)}"):
+        _read(reader, tmp_path, text, **kw)
+
+
+WIDTH = "fields, but the header (line 1) has"
+
+
+@pytest.mark.parametrize(
+    ("reader", "text", "line", "value"),
+    [
+        pytest.param("pykt", PYKT_HEADER + "x," + PYKT_ROW, 2, f"7 {WIDTH} 6", id="pykt-extra"),
+        pytest.param(
+            "pykt",
+            PYKT_HEADER + PYKT_ROW.strip() + ",\n",
+            2,
+            f"7 {WIDTH} 6 (a trailing",
+            id="pykt-comma",
+        ),
+        pytest.param("log", LOG_HEADER + "a,s,1,1\nb,x,s,1,2\n", 3, f"5 {WIDTH} 4", id="log-extra"),
+        pytest.param(
+            "log", LOG_HEADER + "a,s,1,1,\n", 2, f"5 {WIDTH} 4 (a trailing", id="log-comma"
+        ),
+        pytest.param("log", LOG_HEADER + "a,s,1\n", 2, f"3 {WIDTH} 4", id="log-short"),
+    ],
+)
+def test_csv_rows_must_match_the_header_width(tmp_path, reader, text, line, value):
+    _raises(reader, tmp_path, text, line, value)  # pandas shifted extra leading fields silently
+
+
+def test_csv_parser_errors_name_the_file(tmp_path):
+    unquoted = PYKT_ROW + "1,u,3,4,3,4,0,1,1,1\n"  # pandas: ParserError naming no file
+    _raises("pykt", tmp_path, PYKT_HEADER + unquoted, 3, f"10 {WIDTH} 6")
+
+
+def test_log_K_defaults_to_binary(tmp_path):
+    text = LOG_HEADER + "a,s,1,1\na,s,2,2\nb,s,0,1\n"  # a stray 2 in a binary log
+    _raises("log", tmp_path, text, 3, "correct '2' not in {0, 1} (K=2; ordinal data must declare")
+    assert _read("log", tmp_path, text, K=3).K == 3
+
+
+def test_log_order_is_numbers_or_dates(tmp_path):
+    text = LOG_HEADER + "a,s1,1,10\na,s2,1,9\na,s3,0,x\n"  # text order would put 10 before 9
+    _raises("log", tmp_path, text, 4, "order 'x' is neither a number nor a date")
+    dates = LOG_HEADER + "a,s1,1,1/10/2020\na,s2,1,1/9/2020\nb,s1,0,2020-01-01\n"
+    _raises("log", tmp_path, dates, 4, "order '2020-01-01' is neither a number nor a date")
+    d = _read("log", tmp_path, dates.replace("2020-01-01", "1/1/2020"))
+    np.testing.assert_array_equal(d.students[0].q, [1, 0])  # 9 Jan before 10 Jan
+    iso = LOG_HEADER + "a,s1,1,2020-01-10\na,s2,1,2020-01-09T08:00\n"  # mixed ISO precision
+    np.testing.assert_array_equal(_read("log", tmp_path, iso).students[0].q, [1, 0])
+
+
+@pytest.mark.parametrize(("fold", "allowed"), [(7, "0..4"), (-1, "0..4")])
+def test_pykt_fold_outside_the_folds(tmp_path, fold, allowed):
+    text = PYKT_HEADER + PYKT_ROW + PYKT_ROW.replace("0,u", f"{fold},u")
+    _raises("pykt", tmp_path, text, 3, f"fold '{fold}' not in {allowed} (n_folds=5)")
+    _write(tmp_path, "test.csv", PYKT_HEADER + PYKT_ROW.replace("0,u", "-1,u"))
+    assert read_pykt(tmp_path, "test").students[0].fold == -1  # held-out students: fold -1
+    with pytest.raises(ValueError, match=rf"line 3\b.*fold '{fold}'"):
+        load_bundle(tmp_path, "pykt")
+
+
+EMPTY_PYKT = '0,u0,"","","",""\n' + PYKT_ROW + '1,u2,"-1","-1","-1","-1"\n'  # empty, padding
+
+
+@pytest.mark.parametrize(
+    ("reader", "text", "dropped", "line", "raw_uid"),
+    [
+        pytest.param("line3", "0\n\n\n2\n1,2\n0,1\n0\n\n\n", 2, 1, None, id="line3-first-last"),
+        pytest.param("line3", "2\n1,2\n0,1\n0\n", 1, 4, None, id="line3-last-short"),
+        pytest.param("line4", "0,u0\n\n\n\n2,u1\n1,2\n1,1\n0,1\n0,u2\n", 2, 1, "u1", id="line4"),
+        pytest.param("pykt", PYKT_HEADER + EMPTY_PYKT, 2, 2, "u", id="pykt"),
+    ],
+)
+def test_students_without_interactions_are_dropped(tmp_path, reader, text, dropped, line, raw_uid):
+    match = rf"dropped {dropped} student\(s\) without interactions \(the first at line {line}\)"
+    with pytest.warns(UserWarning, match=match):
+        d = _read(reader, tmp_path, text, uid_offset=3)
+    assert len(d) == 1 and len(d.students[0]) == 2 and d.students[0].uid == 3
+    assert d.meta.get("raw_uid") == (raw_uid and {3: raw_uid})
+
+
+@pytest.mark.parametrize(
+    ("reader", "text", "line"),
+    [
+        ("line3", b"2\n1,2\n0,\xff1\n", 3),
+        ("line4", b"\xef\xbb\xbf2\n1,2\n\xe91,1\n0,1\n", 3),  # after a BOM
+        ("pykt", PYKT_HEADER.encode() + b'0,\xc3(,"1","1","0","1"\n', 2),
+        ("log", LOG_HEADER.encode() + b"a,s,1,1\nb,caf\xe9,0,2\n", 3),
+    ],
+    ids=["line3", "line4-bom", "pykt", "log"],
+)
+def test_non_utf8_bytes_are_named(tmp_path, reader, text, line):
+    bad = re.search(rb"[\x80-\xff]", text.removeprefix(b"\xef\xbb\xbf")).group()
+    _raises(reader, tmp_path, text, line, f"bytes {bad!r} are not valid UTF-8")
+
+
+@pytest.mark.parametrize(
+    ("reader", "text", "line", "value"),
+    [
+        ("line3", "1\n1_0\n1\n", 2, "question id '1_0' is not an integer"),
+        ("line3", "1_0\n1\n1\n", 1, "sequence length '1_0' is not an integer"),
+        ("line3", "1\n\u0663\n1\n", 2, "question id '\u0663' is not an integer"),
+        ("line3", "1\n99999999999999999999\n1\n", 2, "'99999999999999999999' does not fit in 64"),
+        ("pykt", PYKT_HEADER + '0,u,"1,2","1,1_0","0,1","1,1"\n', 2, "concepts '1_0' is not an"),
+        ("pykt", PYKT_HEADER + '0,u,"1","99999999999999999999","0","1"\n', 2, "does not fit"),
+        ("pykt", PYKT_HEADER + PYKT_ROW.replace("0,u", "0.0,u"), 2, "fold '0.0' is not an"),
+        ("log", LOG_HEADER + "a,s,1,1\na,s,1.0,2\n", 3, "correct '1.0' is not an integer"),
+    ],
+    ids=[
+        "line3-1_0",
+        "line3-n-1_0",
+        "line3-arabic-3",
+        "line3-overflow",
+        "pykt-1_0",
+        "pykt-overflow",
+    ]
+    + ["pykt-fold-0.0", "log-1.0"],
+)
+def test_integers_are_sign_and_ascii_digits_within_int64(tmp_path, reader, text, line, value):
+    _raises(reader, tmp_path, text, line, value)
+
+
+@pytest.mark.parametrize(
+    ("reader", "text", "line", "value"),
+    [
+        ("line3", "2\n1,2\n0,1\n\n2\n1,2\n0,1\n", 4, "blank line where a record header"),
+        ("pykt", PYKT_HEADER + PYKT_ROW + "\n" + PYKT_ROW.replace('"0,1"', '"0,a"'), 4, "'a'"),
+        ("log", LOG_HEADER + "a,s,1,1\n\n \na,s,yes,2\n", 5, "correct 'yes'"),
+    ],
+    ids=["line3", "pykt", "log"],
+)
+def test_blank_lines_keep_their_line_numbers(tmp_path, reader, text, line, value):
+    _raises(reader, tmp_path, text, line, value)
+
+
+@pytest.mark.parametrize(("fmt", "name"), [("pykt", "train_valid.csv"), ("line3", "t_train.csv")])
+def test_bundle_refuses_a_file_for_a_folder(tmp_path, fmt, name):
+    path = _write(tmp_path, name, PYKT_HEADER + PYKT_ROW if fmt == "pykt" else "1\n1\n1\n")
+    with pytest.raises(
+        ValueError, match=rf"{re.escape(str(path))}: data_format='{fmt}' reads a folder"
+    ):
+        load_bundle(path, fmt)
+
+
+def test_tiny_data_refuses_an_empty_split(tmp_path):
+    rows = "".join(f"u{i},s,1,1\n" for i in range(3))
+    path = _write(tmp_path, "log.csv", LOG_HEADER + rows)
+    msg = r"3 students split by fractions \(0\.7, 0\.1, 0\.2\) leave the valid part \(0\.1 of"
+    with pytest.raises(ValueError, match=msg):
+        load_bundle(path, "log")
+    with pytest.raises(ValueError, match="2 students .* the valid part"):
+        split_students(_toy(2), (0.8, 0.2))
+    assert [len(p) for p in split_students(_toy(2), (1.0, 0.0))] == [2, 0]  # asked for none
 
 
 # --- chunking, collation, loader --------------------------------------------------------------

@@ -96,3 +96,14 @@ def test_config_from_yaml(tmp_path):
     path.write_text("num_c: 7\nd: 9\nn_heads: 2\n")
     with pytest.raises(ValueError, match=r"sakt.yaml.*not divisible"):
         build_model("sakt", config=path)
+
+
+def test_causality_audit_in_training_mode_and_float64(name):
+    """Issue 15 item 26: the audit also runs the training forward (dropout, key hiding) with
+    fixed draws, and a float64 copy with a tight tolerance (leaks below 1e-5)."""
+    model, batch, _ = _setup(name, NUM_PID)
+    steps = [0, 1, 6, 13, 19]
+    result = audit_causality(model, batch, steps=steps, trials=1, mode="train")
+    assert result, str(result)
+    result = audit_causality(model.double(), batch, steps=steps, trials=1, atol=1e-10)
+    assert result, str(result)

@@ -4,16 +4,25 @@ Every reader returns a `KTDataset` with 0-based ids (conventions in dataset.py).
 raises `ValueError` naming the file, the 1-based line and the offending value. Parsing is
 vectorised: all tokens of a field go through one numpy conversion and one range check, and only
 when that fails is the file walked again to point at the first bad token.
+
+Rules every reader shares: text is UTF-8; an integer is an optional sign and ASCII digits that fit
+in int64 (no `1_0`, no `1.0`); blank lines keep their place in the line count; responses lie in
+{0, ..., K-1} with K=2 unless declared; a student without interactions is dropped with a warning
+(it carries no evidence and breaks models that attend over the past).
 """
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import inspect
+import io
 import itertools
 import json
 import os
+import re
 import tempfile
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -27,58 +36,126 @@ from .splits import kfold, split_students
 
 PathLike = str | os.PathLike
 
+_INT = re.compile(r"\s*[+-]?[0-9]+\s*")  # the integer syntax of every file: sign and ASCII digits
+_NOT_INT_CHAR = re.compile(r"[^0-9+\-\s]")  # int() and numpy also take `1_0` and non-ASCII digits
+_INT64 = np.iinfo(np.int64)
+
 
 def _allowed(K: int) -> str:
     """The response set as printed in messages: `{0, 1}` or `{0, ..., 9}`."""
     return "{" + (", ".join(map(str, range(K))) if K <= 5 else f"0, ..., {K - 1}") + "}"
 
 
-def _to_ints(tokens: list[str], offsets: np.ndarray, lines: np.ndarray, path, what: str):
-    """All tokens of one field -> int64 in one call; on failure report the first bad token."""
+def _read_text(path: Path) -> str:
+    """The file decoded as UTF-8 (a BOM is dropped), or an error naming the line and bad bytes."""
+    try:
+        return path.read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = e.object.count(b"\n", 0, e.start) + 1
+        bad = e.object[e.start : e.end]
+        raise ValueError(f"{path} line {line}: bytes {bad!r} are not valid UTF-8") from None
+
+
+def _read_lines(path: Path) -> list[str]:
+    """Lines as an editor numbers them (`\\n`, `\\r\\n` or `\\r` ends one), without terminators."""
+    return [s.rstrip("\r\n") for s in io.StringIO(_read_text(path), newline="")]
+
+
+class _Where(NamedTuple):
+    """Where flat values come from, so that an error can name the file, line and field."""
+
+    path: Path
+    lines: np.ndarray  # [n_records] 1-based line of each record
+    offsets: np.ndarray | None = None  # [n_records + 1] record starts; None: one value per record
+
+    def error(self, k: int, text: str) -> ValueError:
+        """`path line L: text (field F)` for flat value `k`."""
+        if self.offsets is None:
+            return ValueError(f"{self.path} line {self.lines[k]}: {text}")
+        rec = int(np.searchsorted(self.offsets, k, side="right") - 1)
+        field = k - self.offsets[rec] + 1
+        return ValueError(f"{self.path} line {self.lines[rec]}: {text} (field {field})")
+
+    def first(self, bad: np.ndarray, values, message: str) -> None:
+        """Raise for the first True in `bad`; `{v}` in `message` becomes the value."""
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise self.error(k, message.replace("{v}", str(values[k])))
+
+
+def _int_problem(tok: str) -> str | None:
+    """Why `tok` is not an int64 of the file syntax, or None."""
+    if not _INT.fullmatch(tok):
+        return "is not an integer"
+    if not _INT64.min <= int(tok) <= _INT64.max:
+        return "does not fit in 64 bits"
+    return None
+
+
+def _parse_ints(tokens: list[str]) -> np.ndarray | None:
+    """int64 of the tokens in one numpy call, or None when one of them is not an integer."""
+    if _NOT_INT_CHAR.search("".join(tokens)):
+        return None
     try:
         return np.array(tokens, dtype=np.int64)
     except (ValueError, OverflowError):
-        pass
+        return None
+
+
+def _to_ints(tokens: list[str], where: _Where, what: str) -> np.ndarray:
+    """All tokens of one field -> int64; on failure report the first bad token."""
+    v = _parse_ints(tokens)
+    if v is not None:
+        return v
     for k, tok in enumerate(tokens):
-        try:
-            int(tok)
-        except (ValueError, OverflowError):
-            rec = int(np.searchsorted(offsets, k, side="right") - 1)
-            raise ValueError(
-                f"{path} line {lines[rec]}: {what} {tok!r} is not an integer "
-                f"(field {k - offsets[rec] + 1})"
-            ) from None
-    raise AssertionError("unreachable: numpy rejected tokens that int() accepts")
+        if problem := _int_problem(tok):
+            raise where.error(k, f"{what} {tok!r} {problem}")
+    return np.array(tokens, dtype=np.int64)  # not reached: some token above has a problem
 
 
-def _raise_first(bad: np.ndarray, values, offsets, lines, path, message: str) -> None:
-    """Raise for the first True in `bad`: `path line L: <message, "{v}" -> value> (field F)`."""
-    if not bad.any():
-        return
-    k = int(np.argmax(bad))
-    rec = int(np.searchsorted(offsets, k, side="right") - 1)
-    text = message.replace("{v}", str(values[k]))
-    raise ValueError(f"{path} line {lines[rec]}: {text} (field {k - offsets[rec] + 1})")
-
-
-def _check_ids(v, offsets, lines, path, what: str, base: int, vocab: int | None, vocab_name: str):
+def _check_ids(v, where: _Where, what: str, base: int, vocab: int | None, vocab_name: str):
     """Ids must be >= base and, with a declared vocabulary, < vocab + base."""
-    where = (v, offsets, lines, path)
-    _raise_first(v < base, *where, f"{what} '{{v}}' is below {base} (ids are {base}-based)")
+    where.first(v < base, v, f"{what} '{{v}}' is below {base} (ids are {base}-based)")
     if vocab is not None:
         msg = f"{what} '{{v}}' is beyond the declared vocabulary {vocab_name}"
-        _raise_first(v >= vocab + base, *where, msg)
+        where.first(v >= vocab + base, v, msg)
 
 
-def _check_responses(r, offsets, lines, path, K: int) -> None:
+def _check_responses(r, where: _Where, K: int, what: str = "response") -> None:
     """Responses must lie in {0, ..., K-1}."""
-    msg = f"response '{{v}}' not in {_allowed(K)}"
-    _raise_first((r < 0) | (r >= K), r, offsets, lines, path, msg)
+    msg = f"{what} '{{v}}' not in {_allowed(K)} (K={K}; ordinal data must declare its K)"
+    where.first((r < 0) | (r >= K), r, msg)
 
 
 def _check_K(K: int) -> None:
     if K < 2:
         raise ValueError(f"K (response categories) must be >= 2, got {K}")
+
+
+def _nonempty(path: Path, lengths: np.ndarray, lines: np.ndarray) -> np.ndarray:
+    """Indices of the students with interactions; the others are dropped with one warning."""
+    empty = lengths == 0
+    if empty.any():
+        warnings.warn(
+            f"{path}: dropped {int(empty.sum())} student(s) without interactions "
+            f"(the first at line {lines[np.argmax(empty)]})",
+            stacklevel=3,
+        )
+    return np.flatnonzero(~empty)
+
+
+def _students(keep, uid_offset: int, q, r, pid=None, fold=None) -> list[StudentSeq]:
+    """StudentSeq of the kept records, numbered `uid_offset, uid_offset + 1, ...`."""
+    return [
+        StudentSeq(
+            uid=uid_offset + j,
+            q=q[i],
+            r=r[i],
+            pid=None if pid is None else pid[i],
+            fold=-1 if fold is None else int(fold[i]),
+        )
+        for j, i in enumerate(keep.tolist())
+    ]
 
 
 class _Records(NamedTuple):
@@ -90,62 +167,71 @@ class _Records(NamedTuple):
     offsets: np.ndarray  # [n_records + 1] start of each record in the flat arrays
     header_lines: np.ndarray  # [n_records] 1-based line of each header
 
+    def where(self, j: int) -> _Where:
+        return _Where(self.path, self.header_lines + 1 + j, self.offsets)
+
     def check(self, j: int, what: str, base: int, vocab: int | None, vocab_name: str) -> None:
-        lines = self.header_lines + 1 + j
-        _check_ids(self.flat[j], self.offsets, lines, self.path, what, base, vocab, vocab_name)
+        _check_ids(self.flat[j], self.where(j), what, base, vocab, vocab_name)
 
     def check_responses(self, j: int, K: int) -> None:
-        _check_responses(self.flat[j], self.offsets, self.header_lines + 1 + j, self.path, K)
+        _check_responses(self.flat[j], self.where(j), K)
 
-    def split(self, j: int) -> list[np.ndarray]:
-        return np.split(self.flat[j], self.offsets[1:-1])
+    def split(self, j: int, base: int = 0) -> list[np.ndarray]:
+        return np.split(self.flat[j] - base, self.offsets[1:-1])
+
+    def nonempty(self) -> np.ndarray:
+        return _nonempty(self.path, np.diff(self.offsets), self.header_lines)
 
 
 def _read_records(path: PathLike, fields: Sequence[str]) -> _Records:
-    """Parse records of one header line `n[,...]` followed by one line of `n` ints per field."""
+    """Parse records of one header line `n[,...]` followed by one line of `n` ints per field.
+
+    A record with n=0 has empty field lines; at the end of the file they may be missing.
+    """
     path = Path(path)
-    lines = path.read_text(encoding="utf-8-sig").splitlines()
-    while lines and not lines[-1].strip():  # trailing blank lines are harmless
-        lines.pop()
+    lines = _read_lines(path)
     R = 1 + len(fields)
-    if not lines:
+    end = len(lines)
+    while end and not lines[end - 1].strip():  # trailing blank lines are harmless
+        end -= 1
+    if not end:
         raise ValueError(f"{path} line 1: empty file, expected records of {R} lines")
-    if len(lines) % R:
-        start = len(lines) - len(lines) % R + 1
-        raise ValueError(
-            f"{path} line {start}: truncated record: the file ends after {len(lines) % R} of "
-            f"{R} lines (header {lines[start - 1]!r})"
-        )
-    n_rec = len(lines) // R
     extras: list[str] = []
-    counts = np.empty(n_rec, dtype=np.int64)
+    counts: list[int] = []
     tokens: list[list[str]] = [[] for _ in fields]
-    for i in range(n_rec):
-        head, _, extra = lines[i * R].partition(",")
-        try:
-            n = int(head)
-        except ValueError:
+    for h in range(0, end, R):  # h: index of a header line
+        if not lines[h].strip():
             raise ValueError(
-                f"{path} line {i * R + 1}: sequence length {head!r} is not an integer"
-            ) from None
+                f"{path} line {h + 1}: blank line where a record header (the length n) belongs"
+            )
+        head, _, extra = lines[h].partition(",")
+        if problem := _int_problem(head):
+            raise ValueError(f"{path} line {h + 1}: sequence length {head!r} {problem}")
+        n = int(head)
         if n < 0:
-            raise ValueError(f"{path} line {i * R + 1}: sequence length '{n}' is negative")
-        counts[i] = n
-        extras.append(extra.strip().rstrip(",").strip())
+            raise ValueError(f"{path} line {h + 1}: sequence length '{n}' is negative")
+        body = lines[h + 1 : h + R]
+        if len(body) < R - 1 and n:
+            raise ValueError(
+                f"{path} line {h + 1}: truncated record: the file ends after {1 + len(body)} of "
+                f"{R} lines (header {lines[h]!r})"
+            )
+        body += [""] * (R - 1 - len(body))
         for j, what in enumerate(fields):
-            s = lines[i * R + 1 + j].strip()
-            s = s.removesuffix(",")
+            s = body[j].strip().removesuffix(",")
             toks = s.split(",") if s else []
             if len(toks) != n:
                 raise ValueError(
-                    f"{path} line {i * R + 2 + j}: found {len(toks)} {what}s, but header line "
-                    f"{i * R + 1} says n={n}"
+                    f"{path} line {h + 2 + j}: found {len(toks)} {what}s, but header line "
+                    f"{h + 1} says n={n}"
                 )
             tokens[j].extend(toks)
-    offsets = np.concatenate([[0], np.cumsum(counts)])
-    header_lines = np.arange(n_rec, dtype=np.int64) * R + 1
+        counts.append(n)
+        extras.append(extra.strip().rstrip(",").strip())
+    offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+    header_lines = np.arange(len(counts), dtype=np.int64) * R + 1
     flat = [
-        _to_ints(tokens[j], offsets, header_lines + 1 + j, path, what)
+        _to_ints(tokens[j], _Where(path, header_lines + 1 + j, offsets), what)
         for j, what in enumerate(fields)
     ]
     return _Records(path, extras, flat, offsets, header_lines)
@@ -172,13 +258,13 @@ def read_line3(
     base = int(one_based)
     rec.check(0, "question id", base, num_c, f"num_c={num_c}")
     rec.check_responses(1, K)
-    q = rec.flat[0] - base
-    students = [
-        StudentSeq(uid=uid_offset + i, q=qs, r=rs)
-        for i, (qs, rs) in enumerate(zip(np.split(q, rec.offsets[1:-1]), rec.split(1), strict=True))
-    ]
+    students = _students(rec.nonempty(), uid_offset, rec.split(0, base), rec.split(1))
     return KTDataset(
-        students, num_c=_vocab(num_c, q), K=K, name=name or rec.path.stem, source=str(rec.path)
+        students,
+        num_c=_vocab(num_c, rec.flat[0] - base),
+        K=K,
+        name=name or rec.path.stem,
+        source=str(rec.path),
     )
 
 
@@ -198,21 +284,15 @@ def read_line4(
     rec.check(0, "problem id", base, num_pid, f"num_pid={num_pid}")
     rec.check(1, "skill id", base, num_c, f"num_c={num_c}")
     rec.check_responses(2, K)
-    pid, q = rec.flat[0] - base, rec.flat[1] - base
-    split = rec.offsets[1:-1]
-    students = [
-        StudentSeq(uid=uid_offset + i, q=qs, r=rs, pid=ps)
-        for i, (ps, qs, rs) in enumerate(
-            zip(np.split(pid, split), np.split(q, split), rec.split(2), strict=True)
-        )
-    ]
+    keep = rec.nonempty()
+    students = _students(keep, uid_offset, rec.split(1, base), rec.split(2), rec.split(0, base))
     meta = {}
     if any(rec.extras):
-        meta["raw_uid"] = {uid_offset + i: e for i, e in enumerate(rec.extras)}
+        meta["raw_uid"] = {uid_offset + j: rec.extras[i] for j, i in enumerate(keep.tolist())}
     return KTDataset(
         students,
-        num_c=_vocab(num_c, q),
-        num_pid=_vocab(num_pid, pid),
+        num_c=_vocab(num_c, rec.flat[1] - base),
+        num_pid=_vocab(num_pid, rec.flat[0] - base),
         K=K,
         name=name or rec.path.stem,
         source=str(rec.path),
@@ -258,6 +338,55 @@ def write_line4(dataset: KTDataset, path: PathLike) -> None:
     _atomic_write(path, "\n".join(out) + "\n")
 
 
+def _read_csv(
+    path: Path, required: Sequence[str], rows_are: str
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """A CSV as a frame of strings plus the 1-based line of each row (blank lines skipped).
+
+    Parsed with the csv module so that every row keeps its real line number and a row whose field
+    count differs from the header's is refused: pandas would shift a row with extra fields into
+    the index, or stop with a message that names no file.
+    """
+    text = _read_text(path)
+    csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # a long pykt list is one field
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    start = 1
+    try:
+        for row in reader:
+            if len(row) > 1 or (row and row[0].strip()):
+                rows.append(row)
+                lines.append(start)
+            start = reader.line_num + 1
+    except csv.Error as e:
+        raise ValueError(f"{path} line {reader.line_num}: {e}") from None
+    if not rows:
+        raise ValueError(f"{path} line 1: empty file, expected a header naming {list(required)}")
+    header, head_line = rows[0], lines[0]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise ValueError(f"{path} line {head_line}: missing column(s) {missing}; header: {header}")
+    if dupes := sorted({c for c in header if header.count(c) > 1}):
+        raise ValueError(f"{path} line {head_line}: duplicate column name(s) {dupes}")
+    width = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    if (bad := width != len(header)).any():
+        i = int(np.argmax(bad))
+        trailing = width[i] == len(header) + 1 and not rows[i][-1]
+        raise ValueError(
+            f"{path} line {lines[i]}: {width[i]} fields, but the header (line {head_line}) has "
+            f"{len(header)}" + (" (a trailing comma adds an empty field)" if trailing else "")
+        )
+    if len(rows) == 1:
+        raise ValueError(f"{path} line {head_line + 1}: no {rows_are} after the header")
+    return pd.DataFrame(rows[1:], columns=header, dtype=str), np.array(lines[1:], dtype=np.int64)
+
+
+def _int_column(df: pd.DataFrame, col: str, where: _Where) -> np.ndarray:
+    """An integer column, or an error naming the first non-integer cell."""
+    return _to_ints(df[col].tolist(), where, col)
+
+
 _PYKT_INTS = ("concepts", "responses", "questions", "selectmasks")  # list columns parsed as ints
 _PYKT_LISTS = _PYKT_INTS + ("timestamps", "usetimes")  # list columns whose lengths must agree
 
@@ -270,25 +399,19 @@ def read_pykt(
     K: int = 2,
     uid_offset: int = 0,
     name: str | None = None,
+    n_folds: int = 5,
 ) -> KTDataset:
-    """Read a pykt CSV (`train_valid.csv` / `test.csv`, 0-based ids, -1 padding dropped)."""
+    """Read a pykt CSV (`train_valid.csv` / `test.csv`, 0-based ids, -1 padding dropped).
+
+    `fold` must lie in 0..n_folds-1 in `train_valid*.csv` (every student there is in a fold) and
+    in -1..n_folds-1 elsewhere (-1: held out).
+    """
     _check_K(K)
     data_dir = Path(data_dir)
     path = data_dir if data_dir.is_file() else data_dir / f"{which.removesuffix('.csv')}.csv"
     if not path.is_file():
         raise FileNotFoundError(f"{data_dir}: no pykt file {path.name!r} (which={which!r})")
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except pd.errors.EmptyDataError:
-        raise ValueError(
-            f"{path} line 1: empty file, expected a header with concepts,responses"
-        ) from None
-    missing = [c for c in ("concepts", "responses") if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path} line 1: missing column(s) {missing}; header: {list(df.columns)}")
-    if not len(df):
-        raise ValueError(f"{path} line 2: no student rows after the header")
-    lines = np.arange(len(df), dtype=np.int64) + 2  # CSV line of each row (header is line 1)
+    df, lines = _read_csv(path, ("concepts", "responses"), "student rows")
     toks, counts = {}, {}
     for c in (c for c in _PYKT_LISTS if c in df.columns):
         rows = [s.strip().removesuffix(",").split(",") if s.strip() else [] for s in df[c]]
@@ -300,8 +423,9 @@ def read_pykt(
                 f"{path} line {lines[i]}: found {counts[c][i]} {c}, but {n_c} concepts"
             )
     offsets = np.concatenate([[0], np.cumsum(counts["concepts"])])
+    where = _Where(path, lines, offsets)
     v = {
-        c: _to_ints(list(itertools.chain.from_iterable(toks[c])), offsets, lines, path, c)
+        c: _to_ints(list(itertools.chain.from_iterable(toks[c])), where, c)
         for c in _PYKT_INTS
         if c in toks
     }
@@ -310,7 +434,7 @@ def read_pykt(
     if "selectmasks" in v:
         keep &= v["selectmasks"] != -1
     key_path = path.parent / "keyid2idx.json"
-    keys = json.loads(key_path.read_text(encoding="utf-8")) if key_path.is_file() else {}
+    keys = _read_json(key_path) if key_path.is_file() else {}
     vocab = {}
     for c, declared, key in (("concepts", num_c, "num_c"), ("questions", num_pid, "num_pid")):
         if c not in v:
@@ -320,19 +444,25 @@ def read_pykt(
         else:
             src = f"{key}={declared}"
         ids = np.where(keep, v[c], 0)
-        _check_ids(ids, offsets, lines, path, c.removesuffix("s") + " id", 0, declared, src)
+        _check_ids(ids, where, c.removesuffix("s") + " id", 0, declared, src)
         vocab[c] = _vocab(declared, ids)
-    _check_responses(np.where(keep, v["responses"], 0), offsets, lines, path, K)
+    _check_responses(np.where(keep, v["responses"], 0), where, K)
+    folds = None
+    if "fold" in df.columns:
+        folds = _int_column(df, "fold", _Where(path, lines))
+        # A train_valid student outside the folds would be in train for every fold.
+        lo = 0 if path.stem.startswith("train_valid") else -1
+        msg = f"fold '{{v}}' not in {lo}..{n_folds - 1} (n_folds={n_folds})"
+        _Where(path, lines).first((folds < lo) | (folds >= n_folds), folds, msg)
     new_offsets = np.concatenate([[0], np.cumsum(keep)])[offsets]
     cut = new_offsets[1:-1]
     q, r = np.split(v["concepts"][keep], cut), np.split(v["responses"][keep], cut)
-    pid = np.split(v["questions"][keep], cut) if "questions" in v else [None] * len(df)
-    folds = _int_column(df, "fold", path, lines) if "fold" in df.columns else np.full(len(df), -1)
-    students = [
-        StudentSeq(uid=uid_offset + i, q=q[i], r=r[i], pid=pid[i], fold=int(folds[i]))
-        for i in range(len(df))
-    ]
-    meta = {"raw_uid": dict(enumerate(df["uid"], start=uid_offset))} if "uid" in df.columns else {}
+    pid = np.split(v["questions"][keep], cut) if "questions" in v else None
+    rows = _nonempty(path, np.diff(new_offsets), lines)
+    students = _students(rows, uid_offset, q, r, pid, folds)
+    meta = {}
+    if "uid" in df.columns:
+        meta["raw_uid"] = dict(enumerate(df["uid"].to_numpy()[rows].tolist(), start=uid_offset))
     return KTDataset(
         students,
         num_c=vocab["concepts"],
@@ -344,14 +474,36 @@ def read_pykt(
     )
 
 
-def _int_column(df: pd.DataFrame, col: str, path: Path, lines: np.ndarray) -> np.ndarray:
-    """An integer column, or an error naming the first non-integer cell."""
-    num = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
-    bad = ~np.isfinite(num) | (num != np.round(num))
-    if bad.any():
-        i = int(np.argmax(bad))
-        raise ValueError(f"{path} line {lines[i]}: {col} '{df[col].iloc[i]}' is not an integer")
-    return num.astype(np.int64)
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(_read_text(path))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} line {e.lineno}: {e.msg}") from None
+
+
+def _labels(col: pd.Series) -> pd.Series | np.ndarray:
+    """Raw ids of a log column: integers if every cell is one (so 2 sorts before 10), else text."""
+    ints = _parse_ints(col.tolist())
+    return col if ints is None else ints
+
+
+def _order_key(col: pd.Series, where: _Where, name: str) -> np.ndarray:
+    """Sort key of the order column: all numbers, else all dates, else the first bad cell."""
+    best = pd.to_numeric(col, errors="coerce")
+    if best.notna().all():
+        return best.to_numpy(dtype=float)
+    for fmt in (None, "ISO8601"):  # one inferred format, else ISO 8601 of any precision
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "could not infer format"
+            dates = pd.to_datetime(col, errors="coerce", utc=True, format=fmt)
+        if dates.notna().all():
+            return dates.astype("int64").to_numpy()
+        if dates.notna().sum() > best.notna().sum():
+            best = dates
+    i = int(np.argmax(best.isna().to_numpy()))
+    raise where.error(
+        i, f"{name} {col.iloc[i]!r} is neither a number nor a date (all of one kind are needed)"
+    )
 
 
 def read_log(
@@ -361,57 +513,43 @@ def read_log(
     problem: str | None = None,
     correct: str = "correct",
     order: str | None = "order",
-    K: int | None = None,
+    K: int = 2,
     uid_offset: int = 0,
     name: str | None = None,
 ) -> KTDataset:
     """Read an interaction log CSV (one row per interaction); raw ids map to sorted 0-based indices.
 
     `meta` holds the mappings: `skill_ids[q]` / `problem_ids[pid]` are raw ids, `raw_uid[uid]`
-    the raw user. `order=None` keeps the file order inside each student.
+    the raw user. Ordinal responses need `K`. `order` (numbers or dates) sorts each student's
+    rows; ties and `order=None` keep the file order.
     """
-    path = Path(path)
-    try:
-        df = pd.read_csv(path)
-    except pd.errors.EmptyDataError:
-        raise ValueError(
-            f"{path} line 1: empty file, expected a header naming the columns"
-        ) from None
-    cols = [c for c in (user, skill, problem, correct, order) if c is not None]
-    missing = [c for c in cols if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path} line 1: missing column(s) {missing}; header: {list(df.columns)}")
-    if not len(df):
-        raise ValueError(f"{path} line 2: no interaction rows after the header")
-    lines = np.arange(len(df), dtype=np.int64) + 2
-    for c in cols:
-        if (na := df[c].isna().to_numpy()).any():
-            raise ValueError(f"{path} line {lines[np.argmax(na)]}: empty value in column {c!r}")
-    r = _int_column(df, correct, path, lines)
-    K = max(2, int(r.max()) + 1) if K is None else K
     _check_K(K)
-    if (bad := (r < 0) | (r >= K)).any():
-        i = int(np.argmax(bad))
-        raise ValueError(f"{path} line {lines[i]}: {correct} '{r[i]}' not in {_allowed(K)}")
-    u_code, users = pd.factorize(df[user], sort=True)
-    keys = (pd.factorize(df[order], sort=True)[0], u_code) if order else (u_code,)
+    path = Path(path)
+    cols = [c for c in (user, skill, problem, correct, order) if c is not None]
+    df, lines = _read_csv(path, cols, "interaction rows")
+    where = _Where(path, lines)
+    for c in cols:
+        if (empty := (df[c].str.strip() == "").to_numpy()).any():
+            raise where.error(int(np.argmax(empty)), f"empty value in column {c!r}")
+    r = _int_column(df, correct, where)
+    _check_responses(r, where, K, what=correct)
+    u_code, users = pd.factorize(_labels(df[user]), sort=True)
+    keys = (_order_key(df[order], where, order), u_code) if order else (u_code,)
     idx = np.lexsort(keys)  # stable: ties in order keep the file order
-    q_code, skills = pd.factorize(df[skill], sort=True)
+    q_code, skills = pd.factorize(_labels(df[skill]), sort=True)
     bounds = np.concatenate([[0], np.cumsum(np.bincount(u_code, minlength=len(users)))])
     cut = bounds[1:-1]
     meta = {
         "raw_uid": {uid_offset + i: u for i, u in enumerate(users.tolist())},
         "skill_ids": skills.tolist(),
     }
-    pid = [None] * len(users)
+    pid = None
     if problem:
-        p_code, problems = pd.factorize(df[problem], sort=True)
+        p_code, problems = pd.factorize(_labels(df[problem]), sort=True)
         pid = np.split(p_code[idx].astype(np.int64), cut)
         meta["problem_ids"] = problems.tolist()
     q, rs = np.split(q_code[idx].astype(np.int64), cut), np.split(r[idx], cut)
-    students = [
-        StudentSeq(uid=uid_offset + i, q=q[i], r=rs[i], pid=pid[i]) for i in range(len(users))
-    ]
+    students = _students(np.arange(len(users)), uid_offset, q, rs, pid)  # every user has a row
     return KTDataset(
         students,
         num_c=len(skills),
@@ -516,8 +654,6 @@ def _load_synthetic(d, fold, valid_frac, seed, kw):
 def _load_lines(d, fold, valid_frac, seed, kw, reader):
     """A DKVMN/AKT folder: `*_train.csv` minus a seeded valid part, or the files' fold k."""
     prefix = kw.pop("prefix", "*")
-    if not d.is_dir():
-        raise FileNotFoundError(f"{d}: not a directory (3/4-line data is a folder of CSV files)")
     test_f = _find(d, f"{prefix}_test.csv")
     if fold is None:
         if not 0 < valid_frac < 1:
@@ -546,6 +682,8 @@ def _load_pykt(d, fold, valid_frac, seed, kw):
         raise ValueError(f"{d}/train_valid.csv has no fold {fold}; folds: {sorted(set(folds))}")
     train = tv.subset(np.flatnonzero(folds != fold))
     valid = tv.subset(np.flatnonzero(folds == fold))
+    if not len(train):
+        raise ValueError(f"{d}/train_valid.csv: all {len(tv)} students are in fold {fold}")
     how = f"fold {fold} of train_valid.csv as valid, its other folds train; test = test.csv"
     return train, valid, test, d.name, how, None
 
@@ -565,6 +703,7 @@ _LOADERS = {
     "pykt": _load_pykt,
     "log": _load_log,
 }
+_FOLDER_FORMATS = ("line3", "line4", "pykt")  # formats whose data_dir is a folder of files
 
 
 def load_bundle(
@@ -587,6 +726,13 @@ def load_bundle(
     if data_dir is None and data_format != "synthetic":
         raise ValueError(f"data_format={data_format!r} needs data_dir")
     d = None if data_dir is None else Path(data_dir)
+    if data_format in _FOLDER_FORMATS and not d.is_dir():
+        if d.is_file():
+            raise ValueError(
+                f"{d}: data_format={data_format!r} reads a folder of files, not one file "
+                f"(pass its folder {d.parent})"
+            )
+        raise FileNotFoundError(f"{d}: no such folder (data_format={data_format!r})")
     train, valid, test, name, how, truth = _LOADERS[data_format](
         d, fold, valid_frac, seed, dict(kw)
     )

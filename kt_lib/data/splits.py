@@ -18,7 +18,10 @@ _LABELS = {2: ("train", "valid"), 3: ("train", "valid", "test")}
 def split_students(
     dataset: KTDataset, fractions: Sequence[float] = (0.7, 0.1, 0.2), seed: int = 0
 ) -> tuple[KTDataset, ...]:
-    """Seeded disjoint student split into parts of the given fractions (which must sum to 1)."""
+    """Seeded disjoint student split into parts of the given fractions (which must sum to 1).
+
+    A part with a positive fraction that rounds to no student is refused.
+    """
     frac = np.asarray(fractions, dtype=float)
     if frac.ndim != 1 or len(frac) < 2 or (frac < 0).any() or abs(frac.sum() - 1) > 1e-6:
         raise ValueError(
@@ -30,6 +33,13 @@ def split_students(
     bounds = np.concatenate([[0], np.round(np.cumsum(frac) * n).astype(int)])
     bounds[-1] = n
     labels = _LABELS.get(len(frac), tuple(f"part{i}" for i in range(len(frac))))
+    # A part asked for but rounded to no student would only fail later (empty valid, no AUC).
+    if (empty := (np.diff(bounds) == 0) & (frac > 0)).any():
+        i = int(np.argmax(empty))
+        raise ValueError(
+            f"{dataset.name}: {n} students split by fractions {tuple(fractions)} leave the "
+            f"{labels[i]} part ({frac[i]:g} of them) empty; use more students or a larger fraction"
+        )
     return tuple(
         dataset.subset(np.sort(perm[a:b]), name=f"{dataset.name}/{label}")
         for a, b, label in zip(bounds[:-1], bounds[1:], labels, strict=False)

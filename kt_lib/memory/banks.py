@@ -337,7 +337,8 @@ class GraphBank(Bank):
         r = (np.concatenate([s.r for s in data.students]) > 0).astype(np.float64)
         starts = np.cumsum([0] + [len(s) for s in data.students])[:-1]
         nxt = np.ones(len(q), dtype=bool)
-        nxt[starts] = False  # position k has a predecessor k-1 in the same student
+        nxt[starts[starts < len(q)]] = False  # k has a predecessor k-1 in the same student
+        # (a zero-length student has no position: its start may lie past the end)
         prev_q, next_q = q[np.flatnonzero(nxt) - 1], q[nxt]
         prev_r, next_r = r[np.flatnonzero(nxt) - 1], r[nxt]
         pair = prev_q * C + next_q

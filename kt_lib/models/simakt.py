@@ -448,13 +448,12 @@ class SimAKT(DTransformer):
         B = batch.q.shape[0]
         if self.folds is None or not self.inter.bank_heads:
             return torch.zeros(B, dtype=torch.long, device=batch.q.device)
-        if batch.uid is None:
-            if self.training:
-                raise ValueError(
-                    "SimAKT needs batch.uid while training: it keeps every training "
-                    "student away from the bank built with its own log"
-                )
-            return torch.zeros(B, dtype=torch.long, device=batch.q.device)
+        if batch.uid is None:  # without ids a training student could read its own log
+            raise ValueError(
+                "SimAKT needs batch.uid (training and evaluation): it keeps every training "
+                "student away from the bank built with its own log; set Batch.uid (students "
+                "outside the training set may use any id that no training student has)"
+            )
         return self.folds.fold_of(batch.uid)
 
     def _block3_extra(
