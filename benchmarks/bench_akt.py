@@ -1,12 +1,15 @@
 """AKT training-step speed: B=64, L=200, paper preset (d=256, 8 heads, 1 encoder block), CPU.
 
-    python benchmarks/bench_akt.py [--repeats 7] [--threads 2] [--num-pid 0] [--bf16] [--out F.json]
+    python benchmarks/bench_akt.py [--repeats 7] [--threads 2] [--num-pid 0] [--precision bf16]
+        [--out F.json]
 
 One step = forward, loss (BCE + Rasch L2), backward, AdamW update, as in `train.fit`. Prints one
 JSON object: median and all step times, CPU seconds per step, the 1-minute load average, the
 parameter count and the torch thread count (the CPU may be shared: rerun when the load average
 is above the core count or the spread is large). Issue 3's target: <= 1.2 s per step on 2 cores
-(pykt-toolkit's AKT: about 5.9 s on the same machine).
+(pykt-toolkit's AKT: about 5.9 s on the same machine). `--precision` (fp32 | tf32 | bf16; default
+fp32, the CPU's) runs model building and the steps inside `kt_lib.runtime.precision_context`, as
+`train.fit` does.
 """
 
 from __future__ import annotations
@@ -23,12 +26,21 @@ import torch
 B, L, NUM_C = 64, 200, 100
 
 
-def bench(repeats: int, num_pid: int, model_name: str = "akt", bf16: bool = False) -> dict:
+def bench(
+    repeats: int, num_pid: int, model_name: str = "akt", precision: str | None = None
+) -> dict:
+    from kt_lib.runtime import precision_context
+
+    with precision_context(precision, "cpu") as prec:
+        return _bench(repeats, num_pid, model_name, prec)
+
+
+def _bench(repeats: int, num_pid: int, model_name: str, prec: str) -> dict:
     from kt_lib.audit import random_batch
     from kt_lib.models import build_model
 
     torch.manual_seed(0)
-    model = build_model(model_name, preset="paper", num_c=NUM_C, num_pid=num_pid, bf16=bf16)
+    model = build_model(model_name, preset="paper", num_c=NUM_C, num_pid=num_pid)
     batch = random_batch(NUM_C, B=B, L=L, num_pid=num_pid, seed=0, ragged=False)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model.train()
@@ -49,7 +61,7 @@ def bench(repeats: int, num_pid: int, model_name: str = "akt", bf16: bool = Fals
     return {
         "model": model_name,
         "setting": f"B={B} L={L} d={model.config.d} heads={model.config.n_heads} "
-        f"blocks={model.config.n_blocks} num_pid={num_pid} bf16={bf16}",
+        f"blocks={model.config.n_blocks} num_pid={num_pid} precision={prec}",
         "params": sum(p.numel() for p in model.parameters()),
         "train_step_s_median": round(statistics.median(times), 4),
         "train_step_s_min": round(min(times), 4),
@@ -66,17 +78,21 @@ def bench(repeats: int, num_pid: int, model_name: str = "akt", bf16: bool = Fals
 
 
 def main(argv: list[str] | None = None) -> None:
+    from kt_lib.runtime import PRECISIONS
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
     p.add_argument("--num-pid", type=int, default=0, help="problem ids (Rasch embeddings)")
     p.add_argument("--model", default="akt")
-    p.add_argument("--bf16", action="store_true", help="mixed precision (AKTConfig.bf16)")
+    p.add_argument(
+        "--precision", choices=PRECISIONS, default=None, help="default fp32 (the CPU's default)"
+    )
     p.add_argument("--out", default=None, help="also write the JSON here")
     a = p.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
-    result = bench(a.repeats, a.num_pid, a.model, a.bf16)
+    result = bench(a.repeats, a.num_pid, a.model, a.precision)
     text = json.dumps(result)
     print(text)
     if a.out:

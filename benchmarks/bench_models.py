@@ -1,18 +1,32 @@
 """Speed and memory of every registered model: one training step and one inference pass.
 
     python benchmarks/bench_models.py [--models sakt dkt] [--repeats 7] [--out FILE.json]
-    python benchmarks/bench_models.py --models akt --set bf16=true    # config overrides
+    python benchmarks/bench_models.py --device cuda [--precision bf16] [--backend reference]
+    python benchmarks/bench_models.py --models akt --set d_ff=256        # config overrides
+    python benchmarks/bench_models.py --models dkt sakt --batch 8 --len 50 --repeats 2  # smoke
 
 Setting (issue 2): B=64, L=200, paper preset (d=256 where the model has it), 100 skills, no
-problem ids, CPU; plus seed 004's latency case for the public SAKT class (batch 32, sequence 100).
-Each model runs in a fresh subprocess so its peak resident memory (ru_maxrss) is its own. Prints
-one JSON object per model and writes them all to --out. Figures are medians over --repeats after a
-warm-up.
+problem ids; plus seed 004's latency case for the public SAKT class (batch 32, sequence 100,
+forward; section 8.3: under 100 ms on CPU, and on `--device cuda` the GPU latency case).
+`--device` (default cpu) holds the model, the batch and the timing; `--precision` (fp32, tf32,
+bf16; default the device's: tf32 on CUDA, fp32 elsewhere) and `--backend` (attention backend
+reference | cpu | cuda; default by device) wrap everything in `kt_lib.runtime.precision_context`
+and `kt_lib.nn.use_backend`, as `train.fit` does. CUDA timings synchronise before starting and
+before stopping the clock.
+
+Each model runs in a fresh subprocess so its peak memory is its own. Prints one JSON object per
+model and writes them all to --out. Figures are medians over --repeats after a warm-up. Besides
+train_step_s / inference_s: on CUDA `kernels_per_step` (CUDA kernels launched by one training
+step, counted with torch.profiler; `copies_per_step` the Memcpy/Memset) and `peak_gpu_mb`
+(torch.cuda.max_memory_allocated over the timed training steps); on CPU `ops_per_step` (aten
+operator calls of one training step, nested included) and `peak_rss_mb` (ru_maxrss). The key
+`counted` says which count it is.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import subprocess
@@ -20,100 +34,188 @@ import sys
 from pathlib import Path
 
 import torch
-from timing import median_seconds, step_and_inference_seconds
+from timing import is_cuda, measure, median_seconds, model_step_and_inference
 
 B, L, NUM_C = 64, 200, 100
 
 
-def bench_one(name: str, repeats: int, overrides: list[str] | None = None) -> dict:
+@contextlib.contextmanager
+def on_device(device: str, precision: str | None, backend: str | None):
+    """precision_context and use_backend, as fit() wraps training; yields the resolved precision."""
+    from kt_lib.nn import use_backend
+    from kt_lib.runtime import keep_freed_memory, precision_context
+
+    keep_freed_memory()  # as fit() does by default (TrainConfig.keep_freed_memory)
+    with use_backend(backend), precision_context(precision, device) as prec:
+        yield prec
+
+
+def setting(device: str, prec: str, backend: str | None, b: int, n: int) -> dict:
+    out = {"device": device, "precision": prec, "backend": backend or "by device", "B": b, "L": n}
+    if is_cuda(device):
+        out["gpu"] = torch.cuda.get_device_name(device)
+    else:
+        out["threads"] = torch.get_num_threads()
+    return out
+
+
+def parse_sets(overrides: list[str] | None) -> dict:
+    import yaml
+
+    sets = dict(kv.split("=", 1) for kv in overrides or [])
+    return {k: yaml.safe_load(v) for k, v in sets.items()}
+
+
+def build_ours(name: str, device: str, sets: dict | None = None, b: int = B, n: int = L):
+    """Our registered model `name` at the paper preset (seed 0, prepared on a simulated training
+    set, on `device`) and the benchmark batch: `random_batch(NUM_C, b, n, seed=0)`, full rows.
+    Call inside `on_device` (prepare runs there, as in fit)."""
     from kt_lib.audit import random_batch
     from kt_lib.data.synthetic import simulate
     from kt_lib.models import MODELS, build_model
 
     torch.manual_seed(0)
     K = 4 if MODELS[name].ordinal else 2
-    import yaml
-
-    sets = dict(kv.split("=", 1) for kv in overrides or [])
-    sets = {k: yaml.safe_load(v) for k, v in sets.items()}
-    model = build_model(name, preset="paper", num_c=NUM_C, num_pid=0, K=K, **sets)
-    train = simulate(num_students=200, seq_len=L, num_c=NUM_C, K=K, seed=0).data
+    model = build_model(name, preset="paper", num_c=NUM_C, num_pid=0, K=K, **(sets or {}))
+    model.to(device)
+    train = simulate(num_students=200, seq_len=n, num_c=NUM_C, K=K, seed=0).data
     train.num_pid = 0
     for s in train.students:
         s.pid = None
     model.prepare(train)
-    batch = random_batch(NUM_C, B=B, L=L, K=K, seed=0, ragged=False)
-    train_s, infer_s = step_and_inference_seconds(model, batch, repeats)
-    return {
+    batch = random_batch(NUM_C, B=b, L=n, K=K, seed=0, ragged=False).to(device)
+    return model, batch
+
+
+def bench_one(
+    name: str,
+    repeats: int,
+    overrides: list[str] | None = None,
+    device: str = "cpu",
+    precision: str | None = None,
+    backend: str | None = None,
+    b: int = B,
+    n: int = L,
+) -> dict:
+    sets = parse_sets(overrides)
+    with on_device(device, precision, backend) as prec:
+        model, batch = build_ours(name, device, sets, b, n)
+        step, infer = model_step_and_inference(model, batch)
+        m = measure(step, infer, repeats, device)
+    res = {
         "model": name + "".join(f" {k}={v}" for k, v in sets.items()),
         "params": sum(p.numel() for p in model.parameters()),
-        "train_step_s": round(train_s, 4),
-        "train_interactions_per_s": round(B * L / train_s),
-        "inference_s": round(infer_s, 4),
-        "inference_interactions_per_s": round(B * L / infer_s),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "threads": torch.get_num_threads(),
+        "train_step_s": round(m["train_step_s"], 4),
+        "train_interactions_per_s": round(b * n / m["train_step_s"]),
+        "inference_s": round(m["inference_s"], 4),
+        "inference_interactions_per_s": round(b * n / m["inference_s"]),
     }
+    res.update({k: v for k, v in m.items() if k not in res})
+    if not is_cuda(device):
+        res["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    res.update(setting(device, prec, backend, b, n))
+    return res
 
 
-def bench_seed_sakt(repeats: int) -> dict:
-    """Seed 004 section 8.3: batch 32, history of 100 interactions, CPU forward < 100 ms.
+def bench_seed_sakt(
+    repeats: int, device: str = "cpu", precision: str | None = None, backend: str | None = None
+) -> dict:
+    """Seed 004 section 8.3: batch 32, history of 100 interactions, forward of the public SAKT
+    class (CPU: < 100 ms); on CUDA the section's GPU latency case.
 
     Timed two ways: one query per student (the seed's usage, section 5.1: the next question) and
     a query at each of the 100 steps (the whole sequence at once, 100x the FFN work).
     """
     from kt_lib.models.sakt import SAKT
 
-    torch.manual_seed(0)
-    model = SAKT(number_questions=NUM_C, d=256, num_heads=8, dropout=0.1).eval()
-    q = torch.randint(0, NUM_C, (32, 100))
-    r = torch.randint(0, 2, (32, 100))
+    with on_device(device, precision, backend) as prec:
+        torch.manual_seed(0)
+        model = SAKT(number_questions=NUM_C, d=256, num_heads=8, dropout=0.1).to(device).eval()
+        q = torch.randint(0, NUM_C, (32, 100)).to(device)
+        r = torch.randint(0, 2, (32, 100)).to(device)
 
-    def fwd(qry):
-        def run():
-            with torch.no_grad():
-                model(q, r, qry)
+        def fwd(qry):
+            def run():
+                with torch.no_grad():
+                    model(q, r, qry)
 
-        return run
+            return run
 
-    n = max(repeats, 20)
-    return {
-        "model": "SAKT seed-004 interface (batch 32, seq 100, forward)",
-        "forward_ms_next_query": round(1000 * median_seconds(fwd(q[:, -1:]), n), 2),
-        "forward_ms_all_100_queries": round(1000 * median_seconds(fwd(q), n), 2),
-        "threads": torch.get_num_threads(),
+        n = max(repeats, 20)
+        next_ms = 1000 * median_seconds(fwd(q[:, -1:]), n, device)
+        all_ms = 1000 * median_seconds(fwd(q), n, device)
+    where = "GPU latency" if is_cuda(device) else "CPU"
+    out = {
+        "model": f"SAKT seed-004 interface, section 8.3 {where} (batch 32, seq 100, forward)",
+        "forward_ms_next_query": round(next_ms, 2),
+        "forward_ms_all_100_queries": round(all_ms, 2),
     }
+    out.update(setting(device, prec, backend, 32, 100))
+    return out
+
+
+def add_device_args(p: argparse.ArgumentParser) -> None:
+    """The flags bench_models and bench_peers share."""
+    from kt_lib.nn import BACKENDS
+    from kt_lib.runtime import PRECISIONS
+
+    p.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1, ...")
+    p.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=None,
+        help="default: the device's (tf32 on CUDA, fp32 elsewhere)",
+    )
+    p.add_argument("--backend", choices=BACKENDS, default=None, help="attention backend")
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--batch", type=int, default=B, help=f"batch size (default {B})")
+    p.add_argument("--len", type=int, default=L, help=f"sequence length (default {L})")
+
+
+def device_argv(a: argparse.Namespace) -> list[str]:
+    """The shared flags again, for the per-model subprocess."""
+    argv = ["--device", a.device, "--repeats", str(a.repeats)]
+    argv += ["--batch", str(a.batch), "--len", str(a.len)]
+    if a.precision:
+        argv += ["--precision", a.precision]
+    if a.backend:
+        argv += ["--backend", a.backend]
+    return argv
+
+
+def run_subprocess(script: str, name: str, argv: list[str]) -> dict:
+    """`script --one name argv` in a fresh interpreter; its last stdout line as JSON."""
+    out = subprocess.run(
+        [sys.executable, script, "--one", name, *argv], capture_output=True, text=True
+    )
+    if out.returncode:
+        lines = out.stderr.strip().splitlines() or [f"exit status {out.returncode}"]
+        return {"model": name, "error": lines[-1]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--models", nargs="*", default=None)
-    p.add_argument("--repeats", type=int, default=7)
+    add_device_args(p)
     p.add_argument("--out", default="benchmarks/results/models.json")
-    p.add_argument("--set", nargs="*", default=[], help="model overrides key=value, e.g. bf16=true")
+    p.add_argument("--set", nargs="*", default=[], help="model overrides key=value, e.g. d=128")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.one:
-        res = (
-            bench_seed_sakt(a.repeats)
-            if a.one == "seed_sakt"
-            else bench_one(a.one, a.repeats, a.set)
-        )
+        if a.one == "seed_sakt":
+            res = bench_seed_sakt(a.repeats, a.device, a.precision, a.backend)
+        else:
+            res = bench_one(
+                a.one, a.repeats, a.set, a.device, a.precision, a.backend, a.batch, a.len
+            )
         print(json.dumps(res))
         return
     from kt_lib.models import list_models
 
     results = []
     for name in (a.models or list_models()) + ["seed_sakt"]:
-        out = subprocess.run(
-            [sys.executable, __file__, "--one", name, "--repeats", str(a.repeats), "--set", *a.set],
-            capture_output=True,
-            text=True,
-        )
-        if out.returncode:
-            res = {"model": name, "error": out.stderr.strip().splitlines()[-1]}
-        else:
-            res = json.loads(out.stdout.strip().splitlines()[-1])
+        res = run_subprocess(__file__, name, [*device_argv(a), "--set", *a.set])
         print(json.dumps(res), flush=True)
         results.append(res)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
 """Timing shared by the benchmark scripts: medians after a warm-up, one training step and one
-inference pass of a model on a fixed batch."""
+inference pass of a model on a fixed batch, device operations per step, peak GPU memory."""
 
 from __future__ import annotations
 
@@ -9,24 +9,32 @@ import time
 import torch
 
 
+def is_cuda(device) -> bool:
+    return torch.device(device).type == "cuda"
+
+
+def sync(device) -> None:
+    """Wait for the device's queued work (CUDA); nothing elsewhere."""
+    if is_cuda(device):
+        torch.cuda.synchronize(device)
+
+
 def median_seconds(fn, repeats: int, device: str = "cpu") -> float:
-    """Median wall-clock seconds of `fn()` over `repeats` calls after one warm-up call."""
+    """Median wall-clock seconds of `fn()` over `repeats` calls after one warm-up call. On CUDA
+    the device is synchronised before the clock starts and before it stops."""
     fn()
     times = []
     for _ in range(repeats):
+        sync(device)
         t0 = time.perf_counter()
         fn()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
+        sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
-def step_and_inference_seconds(model, batch, repeats: int, device: str = "cpu"):
-    """(training step, inference pass) medians: AdamW step on `model.loss`, then no-grad forward."""
-    from kt_lib.runtime import keep_freed_memory
-
-    keep_freed_memory()  # as fit() does by default (TrainConfig.keep_freed_memory)
+def model_step_and_inference(model, batch):
+    """(step, infer) closures: an AdamW step on `model.loss`, and a no-grad forward."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def step():
@@ -41,4 +49,68 @@ def step_and_inference_seconds(model, batch, repeats: int, device: str = "cpu"):
         with torch.no_grad():
             model(batch)
 
+    return step, infer
+
+
+def step_and_inference_seconds(model, batch, repeats: int, device: str = "cpu"):
+    """(training step, inference pass) medians: AdamW step on `model.loss`, then no-grad forward."""
+    from kt_lib.runtime import keep_freed_memory
+
+    keep_freed_memory()  # as fit() does by default (TrainConfig.keep_freed_memory)
+    step, infer = model_step_and_inference(model, batch)
     return median_seconds(step, repeats, device), median_seconds(infer, repeats, device)
+
+
+def count_per_step(fn, device) -> dict:
+    """What one call of `fn` launches, counted with torch.profiler (call `fn` once before, so
+    one-time work such as the optimizer's state allocation is not counted).
+
+    CUDA: `kernels_per_step`, the device events that are kernels (device_type CUDA, not user
+    annotations, not copies), and `copies_per_step` (Memcpy/Memset). Elsewhere: `ops_per_step`,
+    the aten operator calls (nested calls included, i.e. every dispatch).
+    """
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = is_cuda(device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync(device)
+    with profile(activities=acts) as prof:
+        fn()
+        sync(device)
+    events = list(prof.events())
+    if cuda:
+        dev = [
+            e
+            for e in events
+            if e.device_type == DeviceType.CUDA and not getattr(e, "is_user_annotation", False)
+        ]
+        copies = sum(1 for e in dev if e.name.startswith(("Memcpy", "Memset")))
+        return {
+            "kernels_per_step": len(dev) - copies,
+            "copies_per_step": copies,
+            "counted": "CUDA kernels of one training step (torch.profiler device events)",
+        }
+    ops = sum(1 for e in events if e.device_type == DeviceType.CPU and e.name.startswith("aten::"))
+    return {
+        "ops_per_step": ops,
+        "counted": "aten operator calls of one training step, nested included (torch.profiler)",
+    }
+
+
+def measure(step, infer, repeats: int, device, count: bool = True) -> dict:
+    """Train-step and inference medians of the closures, plus (with `count`) the device kernels
+    (CUDA) or aten calls (CPU) of one step, and on CUDA the peak allocated memory of the timed
+    training steps (`torch.cuda.max_memory_allocated`, reset before)."""
+    res: dict = {}
+    if count:
+        step()  # warm-up: the optimizer allocates its state on the first step
+        res.update(count_per_step(step, device))
+    if is_cuda(device):
+        sync(device)
+        torch.cuda.reset_peak_memory_stats(device)
+    res["train_step_s"] = median_seconds(step, repeats, device)
+    if is_cuda(device):
+        res["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
+    res["inference_s"] = median_seconds(infer, repeats, device)
+    return res

@@ -103,6 +103,19 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-len", type=int, default=200)
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument(
+        "--precision",
+        default=None,
+        choices=["fp32", "tf32", "bf16"],
+        help="default: tf32 on CUDA, fp32 on CPU",
+    )
+    p.add_argument(
+        "--backend",
+        default=None,
+        choices=["reference", "cpu", "cuda"],
+        help="attention backend (default: by device)",
+    )
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--set", nargs="*", default=[], help="model overrides key=value (YAML values)")
     p.add_argument("--out", default="results.json")
     a = p.parse_args(argv)
@@ -121,6 +134,9 @@ def main(argv: list[str] | None = None) -> None:
                 lr=a.lr,
                 max_len=a.max_len,
                 device=a.device,
+                precision=a.precision,
+                backend=a.backend,
+                compile=a.compile,
                 progress=False,
                 verbose=True,
             )
