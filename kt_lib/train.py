@@ -51,7 +51,7 @@ class TrainConfig:
     bucket: int = 50  # length-bucketed batches in pools of this many (0: plain); see BatchLoader
     keep_freed_memory: bool = True  # glibc: reuse freed large blocks, no page faults (runtime.py)
     precision: str | None = None  # fp32 | tf32 | bf16 (autocast); None: tf32 on CUDA, else fp32
-    compile: bool = False  # torch.compile the model (see README: measured, off by default)
+    compile: bool = False  # torch.compile the model (unmeasured on a GPU so far: off by default)
     backend: str | None = None  # attention backend: reference | cpu | cuda; None: by device
 
     def validate(self) -> None:
