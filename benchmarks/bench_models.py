@@ -194,6 +194,17 @@ def run_subprocess(script: str, name: str, argv: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def run_all(script: str, names: list[str], argv: list[str], out: str) -> None:
+    """Each name in its own subprocess; print each JSON line and write them all to `out`."""
+    results = []
+    for name in names:
+        res = run_subprocess(script, name, argv)
+        print(json.dumps(res), flush=True)
+        results.append(res)
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text(json.dumps(results, indent=2))
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--models", nargs="*", default=None)
@@ -213,13 +224,8 @@ def main() -> None:
         return
     from kt_lib.models import list_models
 
-    results = []
-    for name in (a.models or list_models()) + ["seed_sakt"]:
-        res = run_subprocess(__file__, name, [*device_argv(a), "--set", *a.set])
-        print(json.dumps(res), flush=True)
-        results.append(res)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(results, indent=2))
+    names = (a.models or list_models()) + ["seed_sakt"]
+    run_all(__file__, names, [*device_argv(a), "--set", *a.set], a.out)
 
 
 if __name__ == "__main__":

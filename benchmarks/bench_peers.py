@@ -48,7 +48,7 @@ from bench_models import (
     build_ours,
     device_argv,
     on_device,
-    run_subprocess,
+    run_all,
     setting,
 )
 from timing import measure, model_step_and_inference
@@ -243,13 +243,7 @@ def main() -> None:
             f"warning: pykt-toolkit {pykt_version()} installed, {PYKT_VERSION} expected",
             file=sys.stderr,
         )
-    results = []
-    for name in a.models:
-        res = run_subprocess(__file__, name, device_argv(a))
-        print(json.dumps(res), flush=True)
-        results.append(res)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(results, indent=2))
+    run_all(__file__, a.models, device_argv(a), a.out)
 
 
 if __name__ == "__main__":

@@ -197,7 +197,7 @@ def _check_splits(model: KTModel, train: KTDataset, valid: KTDataset, metric: st
         )
     require(len(valid) > 0, "the validation split holds no student: early stopping needs one")
     if metric == "auc":
-        seen = np.unique(np.concatenate([np.unique(s.r) for s in valid.students]))
+        seen = np.unique(np.concatenate([s.r for s in valid.students]))
         require(
             len(seen) > 1,
             f"the validation split holds only responses {seen.tolist()}: AUC is undefined "
