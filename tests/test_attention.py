@@ -370,7 +370,9 @@ def _tiny(name: str):
 def test_causality_audit_on_every_backend(name, backend):
     model, batch = _tiny(name)
     with use_backend(backend):
-        assert audit_causality(model.eval(), batch, steps=[0, 1, 5, 11])
+        for mode in ("eval", "train"):  # train: dropout and key hiding on, fixed draws
+            result = audit_causality(model, batch, steps=[0, 1, 5, 11], mode=mode)
+            assert result, f"{mode}: {result}"
 
 
 @pytest.mark.parametrize("name", list_models())
