@@ -1,4 +1,9 @@
-"""Readers and writers for KT data files (DKVMN 3-line, AKT 4-line, pykt CSV, interaction logs).
+"""Readers and writers for KT data files (DKVMN 3-line, AKT/DTransformer 4-line, pykt CSV, logs).
+
+The published 3/4-line layouts differ in small ways that each reader tells apart: a record's first
+line is its length or (AKT's folds) an identifier line; ids are 1-based or (DTransformer)
+0-based; files end in .csv or .txt, with one test file or one per fold. `load_bundle(...,
+"auto")` detects the layout of a folder and says what it found in the bundle's protocol.
 
 Every reader returns a `KTDataset` with 0-based ids (conventions in dataset.py). Malformed input
 raises `ValueError` naming the file, the 1-based line and the offending value. Parsing is
@@ -22,9 +27,11 @@ import json
 import os
 import re
 import tempfile
+import tomllib
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -115,7 +122,8 @@ def _to_ints(tokens: list[str], where: _Where, what: str) -> np.ndarray:
 
 def _check_ids(v, where: _Where, what: str, base: int, vocab: int | None, vocab_name: str):
     """Ids must be >= base and, with a declared vocabulary, < vocab + base."""
-    where.first(v < base, v, f"{what} '{{v}}' is below {base} (ids are {base}-based)")
+    why = "1-based; 0-based files need one_based=False or None" if base == 1 else "0-based"
+    where.first(v < base, v, f"{what} '{{v}}' is below {base} (ids are {why})")
     if vocab is not None:
         msg = f"{what} '{{v}}' is beyond the declared vocabulary {vocab_name}"
         where.first(v >= vocab + base, v, msg)
@@ -158,12 +166,74 @@ def _students(keep, uid_offset: int, q, r, pid=None, fold=None) -> list[StudentS
     ]
 
 
+_HEADERS = ("auto", "length", "id")  # how the first line of a record reads
+
+
+def _count_fields(s: str) -> int:
+    """Number of comma-separated values on a line (a trailing comma adds none; blank: 0)."""
+    s = s.strip().removesuffix(",")
+    return s.count(",") + 1 if s else 0
+
+
+class _Heads(NamedTuple):
+    """The header line of each R-line record, as the header detection sees it."""
+
+    is_len: np.ndarray  # [m] bool: its first field is the number of values on the next line
+    id_like: np.ndarray  # [m] bool: it is a list of >= 2 integers (AKT's `index,student_id`)
+    even: np.ndarray  # [m] bool: the record's value lines hold equally many values
+
+
+def _heads(lines: list[str], R: int) -> _Heads:
+    """Per-record header facts of `lines` cut into records of R lines (missing lines: empty)."""
+    m = -(-len(lines) // R)
+    counts = np.zeros(m * R, dtype=np.int64)
+    counts[: len(lines)] = [_count_fields(s) for s in lines]
+    counts = counts.reshape(m, R)  # [m, R]
+    heads = [h.strip().removesuffix(",").split(",") for h in lines[::R]]
+    is_len = [
+        _INT.fullmatch(h[0]) is not None and int(h[0]) == c
+        for h, c in zip(heads, counts[:, 1].tolist(), strict=True)
+    ]
+    id_like = [len(h) >= 2 and all(_INT.fullmatch(x) for x in h) for h in heads]
+    even = (counts[:, 1:] == counts[:, 1:2]).all(axis=1)
+    return _Heads(np.array(is_len, dtype=bool), np.array(id_like, dtype=bool), even)
+
+
+def _header_kind(h: _Heads) -> str | None:
+    """'length' if every header starts with its record's length; 'id' if every header is a list
+    of integers and fewer than half start with that length (a few may by chance); else None."""
+    if h.is_len.all():
+        return "length"
+    if h.id_like.all() and 2 * int(h.is_len.sum()) < len(h.is_len):
+        return "id"
+    return None
+
+
+def _header_mode(lines: list[str], R: int, header: str) -> str:
+    """'length' or 'id' for one file; auto falls back to 'length' so that the reader names the
+    first record whose header disagrees with its values."""
+    if header not in _HEADERS:
+        raise ValueError(f"header must be one of {list(_HEADERS)}, got {header!r}")
+    if header != "auto":
+        return header
+    return _header_kind(_heads(lines, R)) or "length"
+
+
+def _content_end(lines: list[str]) -> int:
+    """Number of lines before the trailing blank ones (which are harmless)."""
+    end = len(lines)
+    while end and not lines[end - 1].strip():
+        end -= 1
+    return end
+
+
 class _Records(NamedTuple):
     """Records of a multi-line file, each field flattened over all students."""
 
     path: Path
-    extras: list[str]  # text after the first comma of each header line
-    flat: list[np.ndarray]  # one int64 array per field
+    header: str  # "length" or "id": how the first line of each record was read
+    raw_uid: list[str]  # id line: the whole line; length line: the fields after n
+    flat: list[np.ndarray]  # one int64 array per field; all but the last are ids
     offsets: np.ndarray  # [n_records + 1] start of each record in the flat arrays
     header_lines: np.ndarray  # [n_records] 1-based line of each header
 
@@ -182,35 +252,56 @@ class _Records(NamedTuple):
     def nonempty(self) -> np.ndarray:
         return _nonempty(self.path, np.diff(self.offsets), self.header_lines)
 
+    def has_zero_id(self) -> bool:
+        return any((v == 0).any() for v in self.flat[:-1])
 
-def _read_records(path: PathLike, fields: Sequence[str]) -> _Records:
-    """Parse records of one header line `n[,...]` followed by one line of `n` ints per field.
+    def meta(self, keep: np.ndarray, uid_offset: int) -> dict:
+        """`raw_uid` of the kept students when the headers carry one."""
+        if not any(self.raw_uid):
+            return {}
+        return {"raw_uid": {uid_offset + j: self.raw_uid[i] for j, i in enumerate(keep.tolist())}}
 
-    A record with n=0 has empty field lines; at the end of the file they may be missing.
+
+def _read_records(path: PathLike, fields: Sequence[str], header: str = "length") -> _Records:
+    """Parse records of one header line followed by one line of `n` ints per field.
+
+    The header is the length `n[,...]` or an identifier line (then `n` is the count of the next
+    line); `header="auto"` tells them apart for the whole file (`_header_kind`). A record with
+    n=0 has empty field lines; at the end of the file they may be missing.
     """
     path = Path(path)
     lines = _read_lines(path)
     R = 1 + len(fields)
-    end = len(lines)
-    while end and not lines[end - 1].strip():  # trailing blank lines are harmless
-        end -= 1
+    end = _content_end(lines)
     if not end:
         raise ValueError(f"{path} line 1: empty file, expected records of {R} lines")
-    extras: list[str] = []
+    mode = _header_mode(lines[:end], R, header)
+    hint = ""
+    if header == "auto" and mode == "length":
+        hint = " (if each record starts with an identifier line, not its length, pass header='id')"
+    raw: list[str] = []
     counts: list[int] = []
     tokens: list[list[str]] = [[] for _ in fields]
     for h in range(0, end, R):  # h: index of a header line
         if not lines[h].strip():
+            what = "the length n" if mode == "length" else "an identifier line"
             raise ValueError(
-                f"{path} line {h + 1}: blank line where a record header (the length n) belongs"
+                f"{path} line {h + 1}: blank line where a record header ({what}) belongs"
             )
-        head, _, extra = lines[h].partition(",")
-        if problem := _int_problem(head):
-            raise ValueError(f"{path} line {h + 1}: sequence length {head!r} {problem}")
-        n = int(head)
-        if n < 0:
-            raise ValueError(f"{path} line {h + 1}: sequence length '{n}' is negative")
         body = lines[h + 1 : h + R]
+        if mode == "id":
+            n = _count_fields(body[0]) if body else 0
+            raw.append(lines[h].strip().rstrip(",").strip())
+            says = f"line {h + 2} has {n} {fields[0]}s"
+        else:
+            head, _, extra = lines[h].partition(",")
+            if problem := _int_problem(head):
+                raise ValueError(f"{path} line {h + 1}: sequence length {head!r} {problem}")
+            n = int(head)
+            if n < 0:
+                raise ValueError(f"{path} line {h + 1}: sequence length '{n}' is negative")
+            raw.append(extra.strip().rstrip(",").strip())
+            says = f"header line {h + 1} says n={n}{hint}"
         if len(body) < R - 1 and n:
             raise ValueError(
                 f"{path} line {h + 1}: truncated record: the file ends after {1 + len(body)} of "
@@ -221,20 +312,16 @@ def _read_records(path: PathLike, fields: Sequence[str]) -> _Records:
             s = body[j].strip().removesuffix(",")
             toks = s.split(",") if s else []
             if len(toks) != n:
-                raise ValueError(
-                    f"{path} line {h + 2 + j}: found {len(toks)} {what}s, but header line "
-                    f"{h + 1} says n={n}"
-                )
+                raise ValueError(f"{path} line {h + 2 + j}: found {len(toks)} {what}s, but {says}")
             tokens[j].extend(toks)
         counts.append(n)
-        extras.append(extra.strip().rstrip(",").strip())
     offsets = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
     header_lines = np.arange(len(counts), dtype=np.int64) * R + 1
     flat = [
         _to_ints(tokens[j], _Where(path, header_lines + 1 + j, offsets), what)
         for j, what in enumerate(fields)
     ]
-    return _Records(path, extras, flat, offsets, header_lines)
+    return _Records(path, mode, raw, flat, offsets, header_lines)
 
 
 def _vocab(declared: int | None, ids: np.ndarray) -> int:
@@ -244,28 +331,90 @@ def _vocab(declared: int | None, ids: np.ndarray) -> int:
     return int(ids.max()) + 1 if len(ids) else 0
 
 
-def read_line3(
-    path: PathLike,
+def _id_base(one_based: bool | None, recs: Sequence[_Records]) -> int:
+    """1 or 0: the declared base, else 0 when some id of the files (all together) is 0."""
+    if one_based is not None:
+        return int(bool(one_based))
+    return 0 if any(r.has_zero_id() for r in recs) else 1
+
+
+_LINE_FIELDS = {
+    "line3": ("question id", "response"),
+    "line4": ("problem id", "skill id", "response"),
+}
+
+
+def _line3_dataset(
+    rec: _Records,
+    base: int,
+    uid_offset: int = 0,
     num_c: int | None = None,
     K: int = 2,
-    one_based: bool = True,
-    uid_offset: int = 0,
     name: str | None = None,
+    notes: dict[str, str] | None = None,
 ) -> KTDataset:
-    """Read the DKVMN 3-line format (n / question ids / responses per student)."""
+    """A 3-line file's records as a dataset; `notes` say where a declared size came from."""
     _check_K(K)
-    rec = _read_records(path, ("question id", "response"))
-    base = int(one_based)
-    rec.check(0, "question id", base, num_c, f"num_c={num_c}")
+    notes = notes or {}
+    rec.check(0, "question id", base, num_c, f"num_c={num_c}{notes.get('num_c', '')}")
     rec.check_responses(1, K)
-    students = _students(rec.nonempty(), uid_offset, rec.split(0, base), rec.split(1))
+    keep = rec.nonempty()
     return KTDataset(
-        students,
+        _students(keep, uid_offset, rec.split(0, base), rec.split(1)),
         num_c=_vocab(num_c, rec.flat[0] - base),
         K=K,
         name=name or rec.path.stem,
         source=str(rec.path),
+        meta=rec.meta(keep, uid_offset),
     )
+
+
+def _line4_dataset(
+    rec: _Records,
+    base: int,
+    uid_offset: int = 0,
+    num_c: int | None = None,
+    num_pid: int | None = None,
+    K: int = 2,
+    name: str | None = None,
+    notes: dict[str, str] | None = None,
+) -> KTDataset:
+    """A 4-line file's records as a dataset; `notes` say where a declared size came from."""
+    _check_K(K)
+    notes = notes or {}
+    rec.check(0, "problem id", base, num_pid, f"num_pid={num_pid}{notes.get('num_pid', '')}")
+    rec.check(1, "skill id", base, num_c, f"num_c={num_c}{notes.get('num_c', '')}")
+    rec.check_responses(2, K)
+    keep = rec.nonempty()
+    return KTDataset(
+        _students(keep, uid_offset, rec.split(1, base), rec.split(2), rec.split(0, base)),
+        num_c=_vocab(num_c, rec.flat[1] - base),
+        num_pid=_vocab(num_pid, rec.flat[0] - base),
+        K=K,
+        name=name or rec.path.stem,
+        source=str(rec.path),
+        meta=rec.meta(keep, uid_offset),
+    )
+
+
+def read_line3(
+    path: PathLike,
+    num_c: int | None = None,
+    K: int = 2,
+    one_based: bool | None = True,
+    uid_offset: int = 0,
+    name: str | None = None,
+    header: str = "auto",
+) -> KTDataset:
+    """Read the DKVMN 3-line format (n / question ids / responses per student).
+
+    `header`: "length" (the first line of a record is `n[,...]`), "id" (an identifier line, kept
+    in `meta["raw_uid"]`) or "auto" (told apart for the file). `one_based=None`: 0-based when
+    some id is 0, else 1-based.
+    """
+    _check_K(K)
+    rec = _read_records(path, _LINE_FIELDS["line3"], header)
+    return _line3_dataset(rec, _id_base(one_based, [rec]), uid_offset, num_c, K, name)
 
 
 def read_line4(
@@ -273,31 +422,19 @@ def read_line4(
     num_c: int | None = None,
     num_pid: int | None = None,
     K: int = 2,
-    one_based: bool = True,
+    one_based: bool | None = True,
     uid_offset: int = 0,
     name: str | None = None,
+    header: str = "auto",
 ) -> KTDataset:
-    """Read the AKT 4-line format (`n[,user_id]` / problem ids / skill ids / responses)."""
+    """Read the AKT/DTransformer 4-line format (header / problem ids / skill ids / responses).
+
+    The header is `n[,user_id]` or, in AKT's published folds, an identifier line `index,user_id`
+    (`header` and `one_based` as in `read_line3`); the raw id is kept in `meta["raw_uid"]`.
+    """
     _check_K(K)
-    rec = _read_records(path, ("problem id", "skill id", "response"))
-    base = int(one_based)
-    rec.check(0, "problem id", base, num_pid, f"num_pid={num_pid}")
-    rec.check(1, "skill id", base, num_c, f"num_c={num_c}")
-    rec.check_responses(2, K)
-    keep = rec.nonempty()
-    students = _students(keep, uid_offset, rec.split(1, base), rec.split(2), rec.split(0, base))
-    meta = {}
-    if any(rec.extras):
-        meta["raw_uid"] = {uid_offset + j: rec.extras[i] for j, i in enumerate(keep.tolist())}
-    return KTDataset(
-        students,
-        num_c=_vocab(num_c, rec.flat[1] - base),
-        num_pid=_vocab(num_pid, rec.flat[0] - base),
-        K=K,
-        name=name or rec.path.stem,
-        source=str(rec.path),
-        meta=meta,
-    )
+    rec = _read_records(path, _LINE_FIELDS["line4"], header)
+    return _line4_dataset(rec, _id_base(one_based, [rec]), uid_offset, num_c, num_pid, K, name)
 
 
 def _atomic_write(path: PathLike, text: str) -> None:
@@ -319,22 +456,25 @@ def _join(a: np.ndarray) -> str:
     return ",".join(map(str, a.tolist()))
 
 
-def write_line3(dataset: KTDataset, path: PathLike) -> None:
-    """Write the 3-line format with 1-based question ids (atomic)."""
+def write_line3(dataset: KTDataset, path: PathLike, one_based: bool = True) -> None:
+    """Write the 3-line format, 1-based question ids unless `one_based=False` (atomic)."""
+    b = int(one_based)
     out = []
     for s in dataset.students:
-        out += [str(len(s)), _join(s.q + 1), _join(s.r)]
+        out += [str(len(s)), _join(s.q + b), _join(s.r)]
     _atomic_write(path, "\n".join(out) + "\n")
 
 
-def write_line4(dataset: KTDataset, path: PathLike) -> None:
-    """Write the 4-line format `n,user_id` / pids / skills / responses, 1-based ids (atomic)."""
+def write_line4(dataset: KTDataset, path: PathLike, one_based: bool = True) -> None:
+    """Write the 4-line format `n,user_id` / pids / skills / responses, 1-based ids unless
+    `one_based=False` (atomic)."""
     if not dataset.has_pid:
         raise ValueError(f"{dataset.name}: the 4-line format needs problem ids on every student")
     raw = dataset.meta.get("raw_uid", {})
+    b = int(one_based)
     out = []
     for s in dataset.students:
-        out += [f"{len(s)},{raw.get(s.uid, s.uid)}", _join(s.pid + 1), _join(s.q + 1), _join(s.r)]
+        out += [f"{len(s)},{raw.get(s.uid, s.uid)}", _join(s.pid + b), _join(s.q + b), _join(s.r)]
     _atomic_write(path, "\n".join(out) + "\n")
 
 
@@ -625,6 +765,18 @@ def _find(d: Path, pattern: str) -> Path:
     return hits[0]
 
 
+class _Loaded(NamedTuple):
+    """What a format's loader returns to `load_bundle`."""
+
+    train: KTDataset
+    valid: KTDataset
+    test: KTDataset
+    name: str
+    how: str  # which files / split, for the protocol
+    truth: Any = None
+    details: Sequence[str] = ()  # what was read or detected (header lines, id base, ...)
+
+
 def _holdout(ds: KTDataset, fractions, fold: int | None, seed: int, n_folds: int = 5):
     """(train, valid, test, how): seeded split, or a fixed test part + fold k of the rest."""
     if len(fractions) != 3:
@@ -648,28 +800,234 @@ def _load_synthetic(d, fold, valid_frac, seed, kw):
         kw["seed"] = seed  # one seed drives both the simulation and the split
     result = simulate(**kw)
     train, valid, test, how = _holdout(result.data, (0.7, 0.1, 0.2), fold, seed)
-    return train, valid, test, result.data.name or "synthetic", how, result.truth
+    return _Loaded(train, valid, test, result.data.name or "synthetic", how, result.truth)
 
 
-def _load_lines(d, fold, valid_frac, seed, kw, reader):
-    """A DKVMN/AKT folder: `*_train.csv` minus a seeded valid part, or the files' fold k."""
-    prefix = kw.pop("prefix", "*")
-    test_f = _find(d, f"{prefix}_test.csv")
+_EXTS = (".csv", ".txt")  # DKVMN/AKT folders use .csv, DTransformer's .txt
+_FOLDER_HELP = (
+    "a 3/4-line folder holds *_train.csv and *_test.csv, optionally *_train{k}.csv / "
+    "*_valid{k}.csv / *_test{k}.csv (.txt names too, and DTransformer's train.txt / test.txt)"
+)
+
+
+def _split_patterns(prefix: str, split: str) -> list[str]:
+    """File names of one split: `{prefix}_{split}.csv|.txt`, plus `{split}.txt|.csv` (no prefix,
+    DTransformer) when any prefix is allowed."""
+    pats = [f"{prefix}_{split}{ext}" for ext in _EXTS]
+    return pats + ([f"{split}{ext}" for ext in _EXTS] if prefix == "*" else [])
+
+
+def _glob_split(d: Path, prefix: str, split: str) -> list[Path]:
+    return sorted({h for p in _split_patterns(prefix, split) for h in d.glob(p) if h.is_file()})
+
+
+def _find_split(d: Path, splits: Sequence[str], prefix: str, fold: int | None = None) -> Path:
+    """The one file of the first split name (e.g. `test3`, then `test`) that `d` holds."""
+    for split in splits:
+        if hits := _glob_split(d, prefix, split):
+            if len(hits) > 1:
+                raise ValueError(
+                    f"{d}: several files match split {split!r}: {[h.name for h in hits]}; "
+                    "pass prefix="
+                )
+            return hits[0]
+    pats = " or ".join(repr(p) for split in splits for p in _split_patterns(prefix, split))
+    msg = f"{d}: no file matching {pats} ({_FOLDER_HELP})"
+    if fold is None and (per_fold := _glob_split(d, prefix, f"{splits[0]}[0-9]*")):
+        msg += f"; the folder has per-fold files ({per_fold[0].name}, ...): pass fold=k"
+    raise FileNotFoundError(msg)
+
+
+class _LineFiles(NamedTuple):
+    """The files one bundle of a 3/4-line folder reads."""
+
+    train: Path
+    valid: Path | None  # None: a seeded part of train is the valid set
+    test: Path
+
+    def named(self) -> dict[str, Path]:
+        return {k: v for k, v in self._asdict().items() if v is not None}
+
+
+def _line_files(d: Path, prefix: str, fold: int | None) -> _LineFiles:
+    """fold=None: `*_train` and `*_test`; fold=k: `*_train{k}`, `*_valid{k}` and `*_test{k}`
+    (AKT: one test file per fold), else the single `*_test`."""
     if fold is None:
-        if not 0 < valid_frac < 1:
-            raise ValueError(f"valid_frac must be in (0, 1), got {valid_frac}")
-        train_f = _find(d, f"{prefix}_train.csv")
-        full = reader(train_f, uid_offset=0, **kw)
+        return _LineFiles(_find_split(d, ["train"], prefix), None, _find_split(d, ["test"], prefix))
+    return _LineFiles(
+        _find_split(d, [f"train{fold}"], prefix, fold),
+        _find_split(d, [f"valid{fold}"], prefix, fold),
+        _find_split(d, [f"test{fold}", "test"], prefix, fold),
+    )
+
+
+class _Toml(NamedTuple):
+    """The DTransformer `datasets.toml` entry of a folder."""
+
+    path: Path
+    section: str
+    table: dict
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        return tomllib.loads(_read_text(path))
+    except tomllib.TOMLDecodeError as e:
+        at = re.search(r"\(at line (\d+), column \d+\)", str(e))
+        raise ValueError(f"{path} line {at.group(1) if at else 1}: {e}") from None
+
+
+def _datasets_toml(d: Path, files: Sequence[Path]) -> _Toml | None:
+    """The entry of `datasets.toml` (in `d` or its parent) whose train/test path is one of
+    `files`, else the one named like the folder, else the only one of a toml inside `d`."""
+    mine = {f.resolve() for f in files}
+    for path in (d / "datasets.toml", d.parent / "datasets.toml"):
+        if not path.is_file():
+            continue
+        tables = {k: v for k, v in _read_toml(path).items() if isinstance(v, dict)}
+        for name, t in tables.items():
+            paths = [t[k] for k in ("train", "valid", "test") if isinstance(t.get(k), str)]
+            if any((path.parent / p).resolve() in mine for p in paths):
+                return _Toml(path, name, t)
+        for name, t in tables.items():
+            if name.lower() == d.name.lower():
+                return _Toml(path, name, t)
+        if path.parent == d and len(tables) == 1:
+            return _Toml(path, *next(iter(tables.items())))
+    return None
+
+
+_TOML_INPUTS = {"line3": ["q", "s"], "line4": ["pid", "q", "s"]}  # DTransformer's field names
+_TOML_SIZES = {"num_c": "n_questions", "num_pid": "n_pid"}
+
+
+def _toml_format(toml: _Toml) -> str | None:
+    """line3/line4 from the entry's `inputs`, None without; other layouts are refused."""
+    inputs = toml.table.get("inputs")
+    if inputs is None:
+        return None
+    for fmt, want in _TOML_INPUTS.items():
+        if inputs == want:
+            return fmt
+    raise ValueError(
+        f"{toml.path} [{toml.section}]: inputs {inputs} is a layout these readers do not know "
+        f"({', '.join(f'{k}: {v}' for k, v in _TOML_INPUTS.items())})"
+    )
+
+
+def _toml_sizes(toml: _Toml, fmt: str) -> dict[str, int]:
+    """Vocabulary sizes the entry declares (`n_pid = 0`: no problem ids)."""
+    sizes = {}
+    for key, field in _TOML_SIZES.items():
+        v = toml.table.get(field)
+        if v is None or (key == "num_pid" and (fmt == "line3" or v == 0)):
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(
+                f"{toml.path} [{toml.section}]: {field} = {v!r} is not a non-negative integer"
+            )
+        sizes[key] = v
+    return sizes
+
+
+def _load_lines(d, fold, valid_frac, seed, kw, fmt):
+    """A DKVMN/AKT/DTransformer folder: `*_train` minus a seeded valid part, or the files' fold k.
+
+    Every file detects its header lines (`header=`); the id base (`one_based=`) is detected over
+    all files of the bundle together; `datasets.toml` declares the vocabulary where present.
+    """
+    prefix = kw.pop("prefix", "*")
+    header = kw.pop("header", "auto")
+    one_based = kw.pop("one_based", None)
+    if fold is None and not 0 < valid_frac < 1:
+        raise ValueError(f"valid_frac must be in (0, 1), got {valid_frac}")
+    files = _line_files(d, prefix, fold)
+    details = []
+    notes = {}
+    if toml := _datasets_toml(d, list(files.named().values())):
+        if (declared := _toml_format(toml)) not in (None, fmt):
+            raise ValueError(
+                f"{toml.path} [{toml.section}]: inputs {toml.table['inputs']} describe "
+                f"{declared} records, but data_format={fmt!r}"
+            )
+        for key, v in _toml_sizes(toml, fmt).items():
+            if key not in kw:
+                kw[key] = v
+                notes[key] = f" (from {toml.path.name} [{toml.section}])"
+        if notes:
+            details.append(f"sizes from {toml.path.name} [{toml.section}]")
+    recs = {k: _read_records(f, _LINE_FIELDS[fmt], header) for k, f in files.named().items()}
+    base = _id_base(one_based, list(recs.values()))
+    build = _line3_dataset if fmt == "line3" else _line4_dataset
+    if fold is None:
+        full = build(recs["train"], base, 0, notes=notes, **kw)
         train, valid = split_students(full, (1 - valid_frac, valid_frac), seed)
-        how = f"train = {train_f.name} minus a seeded {valid_frac:.0%} of its students as valid"
+        how = f"train = {files.train.name} minus a seeded {valid_frac:.0%} of its students as valid"
     else:
-        train_f = _find(d, f"{prefix}_train{fold}.csv")
-        valid_f = _find(d, f"{prefix}_valid{fold}.csv")
-        train = reader(train_f, uid_offset=0, **kw)
-        valid = reader(valid_f, uid_offset=len(train), **kw)
-        how = f"train = {train_f.name}, valid = {valid_f.name} (the files' fold {fold})"
-    test = reader(test_f, uid_offset=len(train) + len(valid), **kw)
-    return train, valid, test, d.name, f"{how}; test = {test_f.name}", None
+        train = build(recs["train"], base, 0, notes=notes, **kw)
+        valid = build(recs["valid"], base, len(train), notes=notes, **kw)
+        how = f"train = {files.train.name}, valid = {files.valid.name} (the files' fold {fold})"
+    test = build(recs["test"], base, len(train) + len(valid), notes=notes, **kw)
+    modes = {k: r.header for k, r in recs.items()}
+    if len(set(modes.values())) == 1:
+        heads = f"{recs['train'].header} header lines"
+    else:
+        heads = "header lines " + ", ".join(f"{k}: {m}" for k, m in modes.items())
+    per_fold = fold is not None and files.test.stem.endswith(f"test{fold}")
+    tests = "per-fold test files" if per_fold else "single test file"
+    details = [heads, f"{base}-based", tests, *details]
+    return _Loaded(train, valid, test, d.name, f"{how}; test = {files.test.name}", details=details)
+
+
+def _sniff_lines(path: Path) -> str:
+    """line3 or line4: the record length under which the file reads consistently.
+
+    A record is consistent when its value lines hold equally many values and its header is
+    their length or an identifier line. When neither reads the whole file, the one that reads
+    more leading records wins, so that its reader names the first bad line.
+    """
+    lines = _read_lines(path)
+    lines = lines[: _content_end(lines)]
+    if not lines:
+        raise ValueError(f"{path} line 1: empty file, expected 3- or 4-line records")
+    fits, reach = [], {}
+    for fmt, fields in _LINE_FIELDS.items():
+        R = 1 + len(fields)
+        h = _heads(lines, R)
+        ok = h.even & (h.is_len | h.id_like)
+        reach[fmt] = len(ok) if ok.all() else int(np.argmin(ok))
+        if ok.all() and _header_kind(h) is not None:
+            fits.append(fmt)
+    if len(fits) > 1:  # only tiny files; whole records settle it
+        fits = [f for f in fits if len(lines) % (1 + len(_LINE_FIELDS[f])) == 0] or fits
+    if len(fits) > 1:
+        raise ValueError(
+            f"{path}: the records read as 3-line and as 4-line alike; pass data_format='line3' "
+            "or 'line4'"
+        )
+    return fits[0] if fits else max(reach, key=reach.get)
+
+
+def _detect(d: Path, kw: dict) -> tuple[str, str]:
+    """(format, why) of `data_dir` for data_format='auto'."""
+    if d.is_file():
+        return "log", "one CSV file"
+    if not d.is_dir():
+        raise FileNotFoundError(f"{d}: no such file or folder (data_format='auto')")
+    if (d / "train_valid.csv").is_file():
+        return "pykt", "train_valid.csv"
+    prefix = kw.get("prefix", "*")
+    split_files = _glob_split(d, prefix, "train*") + _glob_split(d, prefix, "test*")
+    if split_files:
+        if (toml := _datasets_toml(d, split_files)) and (fmt := _toml_format(toml)):
+            return fmt, f"inputs in {toml.path.name} [{toml.section}]"
+        return _sniff_lines(split_files[0]), f"records of {split_files[0].name}"
+    if len(csvs := sorted(d.glob("*.csv"))) == 1:
+        return "log", f"one CSV file, {csvs[0].name}"
+    raise FileNotFoundError(
+        f"{d}: data_format='auto' found no layout it knows: no train_valid.csv (pykt), no "
+        f"train/test files ({_FOLDER_HELP}), not one *.csv (interaction log)"
+    )
 
 
 def _load_pykt(d, fold, valid_frac, seed, kw):
@@ -685,7 +1043,7 @@ def _load_pykt(d, fold, valid_frac, seed, kw):
     if not len(train):
         raise ValueError(f"{d}/train_valid.csv: all {len(tv)} students are in fold {fold}")
     how = f"fold {fold} of train_valid.csv as valid, its other folds train; test = test.csv"
-    return train, valid, test, d.name, how, None
+    return _Loaded(train, valid, test, d.name, how)
 
 
 def _load_log(d, fold, valid_frac, seed, kw):
@@ -693,13 +1051,13 @@ def _load_log(d, fold, valid_frac, seed, kw):
     path = _find(d, "*.csv") if d.is_dir() else d
     fractions = kw.pop("fractions", (0.7, 0.1, 0.2))
     train, valid, test, how = _holdout(read_log(path, **kw), fractions, fold, seed)
-    return train, valid, test, path.stem, f"{path.name}: {how}", None
+    return _Loaded(train, valid, test, path.stem, f"{path.name}: {how}")
 
 
 _LOADERS = {
     "synthetic": _load_synthetic,
-    "line3": lambda *a: _load_lines(*a, reader=read_line3),
-    "line4": lambda *a: _load_lines(*a, reader=read_line4),
+    "line3": partial(_load_lines, fmt="line3"),
+    "line4": partial(_load_lines, fmt="line4"),
     "pykt": _load_pykt,
     "log": _load_log,
 }
@@ -716,16 +1074,27 @@ def load_bundle(
 ) -> Bundle:
     """Train/valid/test by the format's protocol; `kw` go to the reader (or to `simulate`).
 
-    line3/line4: fold=None holds out a seeded `valid_frac` of `*_train.csv`, fold=k (1..5) uses
-    the files' `*_train{k}`/`*_valid{k}`; test is `*_test.csv`. pykt: fold k (0..4, default 0) of
-    train_valid.csv is valid, test.csv test. log/synthetic: seeded 70/10/20 (`fractions=` for
-    log), or with fold=k (0..4) that test part and fold k of a 5-fold split of the rest.
+    line3/line4: fold=None holds out a seeded `valid_frac` of `*_train`, fold=k uses the files'
+    `*_train{k}`/`*_valid{k}`; test is `*_test{k}` where the folder has one per fold (AKT), else
+    `*_test`. Names end in .csv or .txt; DTransformer's `train.txt`/`test.txt` need no prefix.
+    `header="auto"|"length"|"id"` says how a record's first line reads (detected per file),
+    `one_based=None|True|False` the id base (None: 0-based when some id of the bundle's files is
+    0), `prefix=` picks one dataset of a folder; a `datasets.toml` (DTransformer) in the folder or
+    its parent declares `num_c`/`num_pid`. pykt: fold k (0..4, default 0) of train_valid.csv is
+    valid, test.csv test. log/synthetic: seeded 70/10/20 (`fractions=` for log), or with fold=k
+    (0..4) that test part and fold k of a 5-fold split of the rest. auto: the layout of
+    `data_dir` (pykt folder, 3/4-line folder by record structure, one log CSV); the protocol
+    says what was detected and `Bundle.data_format` holds the concrete format.
     """
-    if data_format not in _LOADERS:
-        raise ValueError(f"unknown data_format {data_format!r}; expected one of {list(_LOADERS)}")
+    formats = ["auto", *_LOADERS]
+    if data_format not in formats:
+        raise ValueError(f"unknown data_format {data_format!r}; expected one of {formats}")
     if data_dir is None and data_format != "synthetic":
         raise ValueError(f"data_format={data_format!r} needs data_dir")
     d = None if data_dir is None else Path(data_dir)
+    auto = data_format == "auto"
+    if auto:
+        data_format, why = _detect(d, kw)
     if data_format in _FOLDER_FORMATS and not d.is_dir():
         if d.is_file():
             raise ValueError(
@@ -733,17 +1102,20 @@ def load_bundle(
                 f"(pass its folder {d.parent})"
             )
         raise FileNotFoundError(f"{d}: no such folder (data_format={data_format!r})")
-    train, valid, test, name, how, truth = _LOADERS[data_format](
-        d, fold, valid_frac, seed, dict(kw)
-    )
+    got = _LOADERS[data_format](d, fold, valid_frac, seed, dict(kw))
     # One vocabulary for the three splits: the max over them (or the declared sizes).
     shared = {
-        k: max(getattr(x, k) for x in (train, valid, test)) for k in ("num_c", "num_pid", "K")
+        k: max(getattr(x, k) for x in (got.train, got.valid, got.test))
+        for k in ("num_c", "num_pid", "K")
     }
     train, valid, test = (
-        replace(x, name=f"{name}/{split}", **shared)
-        for x, split in ((train, "train"), (valid, "valid"), (test, "test"))
+        replace(x, name=f"{got.name}/{split}", **shared)
+        for x, split in ((got.train, "train"), (got.valid, "valid"), (got.test, "test"))
     )
-    protocol = f"{name} ({data_format}, seed {seed}): {how}"
+    details = list(got.details) or ([why] if auto else [])
+    fmt = data_format + (f" ({', '.join(details)})" if details else "")
+    protocol = f"{got.name} ({'auto -> ' if auto else ''}{fmt}, seed {seed}): {got.how}"
     data_dir = None if d is None else str(d)
-    return Bundle(train, valid, test, name, protocol, data_dir, data_format, fold, seed, truth)
+    return Bundle(
+        train, valid, test, got.name, protocol, data_dir, data_format, fold, seed, got.truth
+    )
