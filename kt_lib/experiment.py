@@ -18,7 +18,7 @@ from .checkpoint import save_json
 from .data.dataset import KTDataset
 from .models import build_model
 from .models.base import KTModel
-from .train import TrainConfig, evaluate, fit
+from .train import DEFAULT_PROTOCOL, TrainConfig, evaluate, evaluate_protocols, fit
 
 
 @dataclass
@@ -35,12 +35,22 @@ class ExperimentResult:
     best_epoch: int
     config: dict = field(default_factory=dict)
     diagnostics: dict = field(default_factory=dict)  # the model's own figures on test data
+    protocols: dict = field(default_factory=dict)  # "rows/history" -> test metrics
 
     def row(self) -> dict:
-        """Flat dict for a results table."""
+        """Flat dict for a results table: test_<metric> under the default protocol
+        (per_question/window), and the headline metric under each other protocol evaluated as
+        test_<metric>@<rows>/<history>."""
+        headline = "qwk" if self.model.ordinal else "auc"
         return {
             "model": self.name,
             **{f"test_{k}": v for k, v in self.test.items() if k != "n"},
+            "protocol": DEFAULT_PROTOCOL,
+            **{
+                f"test_{headline}@{name}": m[headline]
+                for name, m in self.protocols.items()
+                if name != DEFAULT_PROTOCOL
+            },
             "best_epoch": self.best_epoch,
             "params": self.n_params,
             "train_seconds": round(self.seconds, 1),
@@ -58,9 +68,14 @@ def run_experiment(
     train_config: TrainConfig | None = None,
     seed: int = 0,
     label: str | None = None,
+    histories: tuple[str, ...] = ("window",),
     **model_overrides,
 ) -> ExperimentResult:
-    """Seeded build + fit + test evaluation of one registered model."""
+    """Seeded build + fit + test evaluation of one registered model.
+
+    The test set is scored under both row rules (per_question, per_row) and each evaluation
+    history in `histories` (window; add "sliding" for the papers' protocol, see `predict`);
+    `test` holds the default protocol's metrics, `protocols` all of them."""
     cfg = train_config or TrainConfig()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -70,7 +85,11 @@ def run_experiment(
     res = fit(model, train, valid, cfg, seed=seed)
     ev = dict(batch_size=cfg.eval_batch_size, max_len=cfg.max_len, device=cfg.device)
     valid_m = evaluate(res.model, valid, **ev)
-    test_m = evaluate(res.model, test, **ev) if test is not None else {}
+    protocols = {}
+    if test is not None:
+        histories = tuple(dict.fromkeys(("window", *histories)))  # the default always
+        protocols = evaluate_protocols(res.model, test, histories=histories, **ev)
+    test_m = protocols.get(DEFAULT_PROTOCOL, {})
     n_params = sum(p.numel() for p in res.model.parameters())
     diagnostics = res.model.diagnostics(test, **ev) if test is not None else {}
     return ExperimentResult(
@@ -84,6 +103,7 @@ def run_experiment(
         res.best_epoch,
         asdict(model.config),
         diagnostics,
+        protocols,
     )
 
 
@@ -96,11 +116,23 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data-format", default="synthetic")
     p.add_argument("--fold", type=int, default=None)
     p.add_argument("--preset", default="paper")
-    p.add_argument("--epochs", type=int, default=30)
-    p.add_argument("--patience", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument(
+        "--recipe",
+        default="workbook",
+        help="training recipe (TrainConfig.recipe): workbook | akt_authors; flags below override",
+    )
+    p.add_argument("--epochs", type=int, default=None, help="default: 30 (workbook recipe)")
+    p.add_argument("--patience", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
     p.add_argument("--max-len", type=int, default=200)
+    p.add_argument(
+        "--histories",
+        nargs="+",
+        default=["window"],
+        choices=["window", "sliding"],
+        help="evaluation histories of the test set (both row rules are always scored)",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument(
@@ -127,11 +159,13 @@ def main(argv: list[str] | None = None) -> None:
     for name in a.models:
         for seed in a.seeds:
             t0 = time.perf_counter()
-            tc = TrainConfig(
-                epochs=a.epochs,
-                patience=a.patience,
-                batch_size=a.batch_size,
-                lr=a.lr,
+            given = dict(epochs=a.epochs, patience=a.patience, batch_size=a.batch_size, lr=a.lr)
+            given = {k: v for k, v in given.items() if v is not None}
+            if a.recipe == "workbook":
+                given.setdefault("epochs", 30)
+            tc = TrainConfig.recipe(
+                a.recipe,
+                **given,
                 max_len=a.max_len,
                 device=a.device,
                 precision=a.precision,
@@ -148,6 +182,7 @@ def main(argv: list[str] | None = None) -> None:
                 a.preset,
                 train_config=tc,
                 seed=seed,
+                histories=tuple(a.histories),
                 **overrides,
             )
             row = {
@@ -155,6 +190,7 @@ def main(argv: list[str] | None = None) -> None:
                 "seed": seed,
                 "wall_seconds": time.perf_counter() - t0,
                 "valid": res.valid,
+                "protocols": res.protocols,
                 "history": res.history.to_dict(orient="list"),
             }
             rows.append(row)

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from .checkpoint import load_checkpoint, save_json, save_model
 from .config import from_dict, require
-from .data.dataset import BatchLoader, KTDataset
+from .data.dataset import BatchLoader, KTDataset, chunk, collate, sliding
 from .metrics import binary_metrics, ordinal_metrics
 from .models.base import KTModel
 from .nn.backend import check_backend, use_backend
@@ -84,6 +84,27 @@ class TrainConfig:
         check_backend(self.backend)
         require(not self.resume or self.checkpoint, "resume=True needs a checkpoint prefix")
 
+    @classmethod
+    def recipe(cls, name: str = "workbook", **overrides) -> TrainConfig:
+        """A named training recipe (`RECIPES`), with any field overridden."""
+        if name not in RECIPES:
+            raise ValueError(f"unknown training recipe {name!r}; expected one of {list(RECIPES)}")
+        return cls(**{**RECIPES[name], **overrides})
+
+
+# Named training recipes. "workbook": this package's defaults (AdamW 1e-3, length-bucketed
+# batches of 64, clipping at 1, early stopping with patience 5). "akt_authors": AKT as its
+# authors' code runs it (arghosh/AKT main.py/run.py): Adam at lr 1e-5 (AdamW with no weight
+# decay is Adam), 24 windows per batch with no length bucketing, no gradient clipping, up to 300
+# epochs, stopping 42 epochs after the best validation AUC; pair it with AKT's `authors` preset
+# (d_ff 2048: the repository's load_model passes no d_ff, so the constructor's default applies).
+RECIPES: dict[str, dict] = {
+    "workbook": {},
+    "akt_authors": dict(
+        lr=1e-5, batch_size=24, bucket=0, grad_clip=None, weight_decay=0.0, epochs=300, patience=42
+    ),
+}
+
 
 # early-stopping metrics (higher is better); "auc"/"acc" for binary, "qwk"/"acc"/... for ordinal
 STOPPING_METRICS = ("auc", "acc", "qwk", "ordinal_acc", "macro_f1")
@@ -100,25 +121,53 @@ class FitResult:
     seconds: float
 
 
+ROWS = ("per_question", "per_row")  # which rows of a multi-skill question are scored
+HISTORIES = ("window", "sliding")  # what history each scored step is predicted from
+DEFAULT_PROTOCOL = "per_question/window"
+
+
+def _check_protocol(rows: str, history: str) -> None:
+    if rows not in ROWS:
+        raise ValueError(f"rows must be one of {ROWS}, got {rows!r}")
+    if history not in HISTORIES:
+        raise ValueError(f"history must be one of {HISTORIES}, got {history!r}")
+
+
 @torch.no_grad()
 def predict(
-    model: KTModel, data: KTDataset, batch_size: int = 128, max_len: int = 200, device: str = "cpu"
+    model: KTModel,
+    data: KTDataset,
+    batch_size: int = 128,
+    max_len: int = 200,
+    device: str = "cpu",
+    history: str = "window",
+    stride: int = 1,
 ) -> dict[str, np.ndarray]:
-    """Predictions on every valid position: y_true, prob ([n] or [n, K]), uid, step, q (and pid
-    with problem ids)."""
+    """Predictions on every scored position: y_true, prob ([n] or [n, K]), uid, step, q (and pid
+    with problem ids), in (student, step) order.
+
+    history "window": each log is cut into windows of `max_len` (`chunk`), so the first steps of
+    a later window are predicted from little history. "sliding": each step is predicted from up
+    to `max_len - 1` steps before it (`sliding`, exact with stride 1): more windows, one batched
+    forward per `batch_size` of them.
+    """
+    _check_protocol("per_row", history)
+    windows = chunk(data, max_len) if history == "window" else sliding(data, max_len, stride)
     was_training = model.training
     model.eval()
     cols: dict[str, list[torch.Tensor]] = {k: [] for k in ("y_true", "prob", "uid", "step", "q")}
-    for batch in BatchLoader(data, batch_size, max_len, shuffle=False):
-        batch = batch.to(device, non_blocking=True)
+    for i in range(0, len(windows), batch_size):
+        part = windows[i : i + batch_size]
+        batch = collate(data, part).to(device, non_blocking=True)
         prob = model.probabilities(model(batch))
-        m = batch.mask
-        pos = batch.start.unsqueeze(1) + torch.arange(m.shape[1], device=m.device)
+        steps = torch.arange(batch.mask.shape[1], device=batch.mask.device)
+        context = torch.tensor([w.context for w in part], device=steps.device)
+        m = batch.mask & (steps >= context.unsqueeze(1))  # context steps are history only
         rows = {
             "y_true": batch.r,
             "prob": prob.float(),
             "uid": batch.uid.unsqueeze(1).expand_as(m),
-            "step": pos,
+            "step": batch.start.unsqueeze(1) + steps,
             "q": batch.q,
         }
         if batch.pid is not None:
@@ -151,26 +200,64 @@ def question_rows(pred: dict[str, np.ndarray]) -> np.ndarray:
     return ~rows.duplicated(["run", "attempt"]).to_numpy()
 
 
+def _metrics(model: KTModel, pred: dict[str, np.ndarray], rows: str) -> dict[str, float]:
+    keep = question_rows(pred) if rows == "per_question" else np.ones(len(pred["y_true"]), bool)
+    y, prob = pred["y_true"][keep], pred["prob"][keep]
+    metrics = ordinal_metrics(y, prob) if model.ordinal else binary_metrics(y, prob)
+    if "pid" in pred:
+        metrics["rows_merged"] = int((~keep).sum())
+    return metrics
+
+
 def evaluate(
     model: KTModel,
     data: KTDataset,
     batch_size: int = 128,
     max_len: int = 200,
     device: str = "cpu",
-    per_question: bool = True,
+    rows: str = "per_question",
+    history: str = "window",
+    stride: int = 1,
 ) -> dict[str, float]:
-    """Metrics over valid positions (binary: AUC/acc/RMSE/log-loss; ordinal: QWK and friends).
+    """Metrics over scored positions (binary: AUC/acc/RMSE/log-loss; ordinal: QWK and friends)
+    under one evaluation protocol.
 
-    With problem ids and `per_question`, a problem expanded into consecutive rows (one per skill)
-    counts once, by its first row (`question_rows`); `rows_merged` says how many rows that dropped.
+    rows "per_question" (default): a problem expanded into consecutive rows (one per skill)
+    counts once, by its first row (`question_rows`), the only one that saw no answer to it;
+    `rows_merged` says how many rows that dropped. "per_row" scores every row, as the AKT and
+    DKVMN papers do: row 2 of a question then sees row 1's answer to the same question, which
+    raises the score without saying anything about the student. Without problem ids both are
+    the same. history: see `predict`.
     """
-    pred = predict(model, data, batch_size, max_len, device)
-    keep = question_rows(pred) if per_question else np.ones(len(pred["y_true"]), dtype=bool)
-    y, prob = pred["y_true"][keep], pred["prob"][keep]
-    metrics = ordinal_metrics(y, prob) if model.ordinal else binary_metrics(y, prob)
-    if "pid" in pred:
-        metrics["rows_merged"] = int((~keep).sum())
-    return metrics
+    _check_protocol(rows, history)
+    pred = predict(model, data, batch_size, max_len, device, history, stride)
+    return _metrics(model, pred, rows)
+
+
+def evaluate_protocols(
+    model: KTModel,
+    data: KTDataset,
+    batch_size: int = 128,
+    max_len: int = 200,
+    device: str = "cpu",
+    histories: tuple[str, ...] = ("window",),
+    stride: int = 1,
+) -> dict[str, dict[str, float]]:
+    """`evaluate` under both row rules and each of `histories`: {"rows/history": metrics}.
+
+    One prediction pass per history; "sliding" reuses the window pass when no log is longer
+    than `max_len` (the two are then the same windows).
+    """
+    out, preds = {}, {}
+    short = all(len(s) <= max_len for s in data.students)
+    for history in histories:
+        _check_protocol("per_row", history)
+        same = "window" if short else history  # the windows that history really uses
+        if same not in preds:
+            preds[same] = predict(model, data, batch_size, max_len, device, same, stride)
+        for rows in ROWS:
+            out[f"{rows}/{history}"] = _metrics(model, preds[same], rows)
+    return out
 
 
 @contextlib.contextmanager

@@ -141,6 +141,9 @@ class Window:
     student: int  # index into KTDataset.students
     start: int
     stop: int
+    context: int = (
+        0  # leading steps given as history only: evaluation scores [start + context, stop)
+    )
 
 
 def chunk(dataset: KTDataset, max_len: int, min_len: int = 1) -> list[Window]:
@@ -157,6 +160,33 @@ def chunk(dataset: KTDataset, max_len: int, min_len: int = 1) -> list[Window]:
             continue
         for start in range(0, n, max_len):
             windows.append(Window(i, start, min(start + max_len, n)))
+    return windows
+
+
+def sliding(dataset: KTDataset, max_len: int, stride: int = 1) -> list[Window]:
+    """Evaluation windows in which each step is predicted from the `max_len - 1` steps before it
+    (fewer only at the start of a log), instead of from the start of its `chunk` window.
+
+    A student's window k ends at `e_k = min(max_len + k * stride, n)`, covers
+    `[max(e_k - max_len, 0), e_k)` and scores the steps after the previous window's end, so every
+    step is scored once. stride 1 is exact; a larger stride costs `stride` times fewer windows and
+    gives each scored step between `max_len - stride` and `max_len - 1` steps of history. A log of
+    at most `max_len` steps is one window, as in `chunk`.
+    """
+    if max_len < 1 or stride < 1:
+        raise ValueError(f"max_len and stride must be >= 1, got {max_len} and {stride}")
+    windows = []
+    for i, s in enumerate(dataset.students):
+        n = len(s)
+        if n == 0:
+            continue
+        ends = np.append(np.arange(max_len, n, stride), n)
+        starts = np.maximum(ends - max_len, 0)
+        scored = np.concatenate([[0], ends[:-1]])
+        windows += [
+            Window(i, int(a), int(e), int(c - a))
+            for a, e, c in zip(starts, ends, scored, strict=True)
+        ]
     return windows
 
 

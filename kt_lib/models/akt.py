@@ -66,6 +66,13 @@ class AKTConfig(BaseConfig):
         return cls(**{"d": 256, "n_heads": 8, "n_blocks": 1, "d_ff": 1024, **kw})
 
     @classmethod
+    def authors(cls, **kw):
+        """AKT as its authors' code builds it: the paper's sizes with d_ff 2048 (the repository's
+        load_model passes no d_ff, so the constructor's default 2048 applies, not the 1024 of its
+        command line). Train it with `TrainConfig.recipe("akt_authors")`."""
+        return cls.paper(**{"d_ff": 2048, **kw})
+
+    @classmethod
     def idkt_paper(cls, **kw):
         """Seed 001's size: N=4 encoder blocks (8 retriever layers), d=256, 8 heads."""
         return cls(**{"d": 256, "n_heads": 8, "n_blocks": 4, "d_ff": 1024, **kw})
