@@ -439,3 +439,38 @@ def test_simakt_temporal_config_strings_name_file_and_field(tmp_path, field, val
     inline = rf"similarity: inter_heads\[0\]: temporal_config\.{field}"
     with pytest.raises(ValueError, match=inline):
         load_simakt_config(raw)
+
+
+def test_training_recipes_and_the_akt_authors_setup():
+    from kt_lib.models.akt import AKTConfig
+    from kt_lib.train import TrainConfig
+
+    cfg = TrainConfig.recipe("akt_authors", device="cpu")
+    assert (cfg.lr, cfg.batch_size, cfg.bucket, cfg.grad_clip) == (1e-5, 24, 0, None)
+    assert (cfg.epochs, cfg.patience, cfg.weight_decay) == (300, 42, 0.0)
+    assert TrainConfig.recipe("akt_authors", epochs=2).epochs == 2  # fields still override
+    assert TrainConfig.recipe() == TrainConfig()
+    with pytest.raises(ValueError, match="unknown training recipe 'akt'"):
+        TrainConfig.recipe("akt")
+    assert AKTConfig.authors().d_ff == 2048 and AKTConfig.paper().d_ff == 1024
+
+
+def test_experiment_rows_carry_every_protocol():
+    from kt_lib.data import load_bundle
+    from kt_lib.experiment import run_experiment
+    from kt_lib.train import TrainConfig
+
+    b = load_bundle(None, "synthetic", num_students=40, seq_len=30, num_c=4)
+    tc = TrainConfig(epochs=1, max_len=12, progress=False)
+    res = run_experiment(
+        "dkt", b.train, b.valid, b.test, "tiny", train_config=tc, histories=("sliding",)
+    )
+    row = res.row()
+    assert row["protocol"] == "per_question/window"
+    assert row["test_auc"] == res.protocols["per_question/window"]["auc"]
+    assert {
+        "test_auc@per_row/window",
+        "test_auc@per_question/sliding",
+        "test_auc@per_row/sliding",
+    } <= set(row)
+    assert row["test_auc@per_row/sliding"] != row["test_auc"]  # logs of 30 > max_len 12
