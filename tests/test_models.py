@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
 from kt_lib.audit import audit_causality, random_batch
 from kt_lib.checkpoint import load_model, save_model
 from kt_lib.models import MODELS, build_model, list_models
+from kt_lib.models.sakt import SAKT, SeedRangeWarning
 from tests.conftest import make_tiny_dataset
 
 NUM_C, NUM_PID = 12, 36
@@ -107,3 +110,137 @@ def test_causality_audit_in_training_mode_and_float64(name):
     assert result, str(result)
     result = audit_causality(model.double(), batch, steps=steps, trials=1, atol=1e-10)
     assert result, str(result)
+
+
+# -- seed 004's public SAKT: padding (section 9.2) and hyperparameter ranges (section 6.1) -------
+
+
+def _seed_sakt() -> SAKT:
+    torch.manual_seed(0)
+    return SAKT(number_questions=NUM_C, d=64, num_heads=4).eval()
+
+
+def _pad(x: torch.Tensor, k: int, side: str, value: int) -> torch.Tensor:
+    fill = torch.full((x.shape[0], k), value, dtype=x.dtype)
+    return torch.cat([fill, x] if side == "left" else [x, fill], 1)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_seed_sakt_padding_never_moves_a_real_prediction(side):
+    model = _seed_sakt()
+    g = torch.Generator().manual_seed(0)
+    n, k = 7, 5
+    q, r = torch.randint(0, NUM_C, (3, n), generator=g), torch.randint(0, 2, (3, n), generator=g)
+    nxt = torch.randint(0, NUM_C, (3, 1), generator=g)
+    mask = _pad(torch.ones(3, n, dtype=torch.bool), k, side, False)
+    # pad values are never read: out-of-vocabulary ids are fine there
+    qp, rp = _pad(q, k, side, -1), _pad(r, k, side, 7)
+    with torch.no_grad():
+        # the next question (Lq = 1) after the real history
+        want = model(q, r, nxt)
+        assert torch.allclose(model(qp, rp, nxt, mask), want, atol=1e-6)
+        # the classic query at every step (Lq = L): qry is padded like the history
+        want = model(q, r, q)
+        got = model(qp, rp, _pad(q, k, side, 0), mask)
+        real = slice(k, None) if side == "left" else slice(0, n)
+        assert torch.allclose(got[:, real], want, atol=1e-6)
+        # the defect the mask fixes: padding read as history moves the prediction
+        fake = _pad(q, k, side, 0), _pad(r, k, side, 0)
+        assert not torch.allclose(model(*fake, nxt), model(q, r, nxt), atol=1e-3)
+
+
+def test_seed_sakt_ragged_batch_matches_each_row_alone():
+    model = _seed_sakt()
+    g = torch.Generator().manual_seed(1)
+    L, lengths = 9, [9, 4, 1, 6]
+    q, r = torch.randint(0, NUM_C, (4, L), generator=g), torch.randint(0, 2, (4, L), generator=g)
+    mask = torch.arange(L) >= L - torch.tensor(lengths).unsqueeze(1)  # left-padded rows
+    nxt = torch.randint(0, NUM_C, (4, 1), generator=g)
+    with torch.no_grad():
+        batched = model(q, r, nxt, mask)
+        for b, n in enumerate(lengths):
+            alone = model(q[b : b + 1, L - n :], r[b : b + 1, L - n :], nxt[b : b + 1])
+            assert torch.allclose(batched[b], alone[0], atol=1e-6), b
+        assert torch.allclose(model(q, r, nxt, torch.ones_like(mask)), model(q, r, nxt), atol=1e-6)
+
+
+def test_seed_sakt_masked_queries_stay_causal():
+    model = _seed_sakt()
+    g = torch.Generator().manual_seed(2)
+    q, r = torch.randint(0, NUM_C, (2, 12), generator=g), torch.randint(0, 2, (2, 12), generator=g)
+    mask = torch.ones(2, 12, dtype=torch.bool)
+    mask[0, :3] = False
+    mask[1, 8:] = False
+    with torch.no_grad():
+        base = model(q, r, q, mask)
+        for s in (0, 4, 9):  # query s reads steps <= s: later steps must not move it
+            q2, r2 = q.clone(), r.clone()
+            q2[:, s + 1 :] = torch.randint(0, NUM_C, (2, 11 - s), generator=g)
+            r2[:, s + 1 :] = 1 - r2[:, s + 1 :]
+            moved = model(q2, r2, q, mask)
+            assert torch.equal(moved[:, : s + 1], base[:, : s + 1]), s
+
+
+def test_seed_sakt_mask_validation():
+    model = _seed_sakt()
+    q, r, qry = torch.tensor([[1, 2, 3]]), torch.tensor([[1, 0, 1]]), torch.tensor([[4]])
+    with pytest.raises(TypeError, match="mask must be a bool tensor.*torch.int64"):
+        model(q, r, qry, torch.ones(1, 3, dtype=torch.long))
+    with pytest.raises(TypeError, match="mask must be a bool tensor.*list"):
+        model(q, r, qry, [[True, True, True]])
+    with pytest.raises(ValueError, match=r"mask must have q's shape \(1, 3\), got \(1, 2\)"):
+        model(q, r, qry, torch.ones(1, 2, dtype=torch.bool))
+    # ids are checked at real steps only, still naming the [row, step]
+    mask = torch.tensor([[False, True, True]])
+    model(torch.tensor([[-1, 2, 3]]), torch.tensor([[9, 0, 1]]), qry, mask)
+    with pytest.raises(ValueError, match=r"q\[0, 2\] = 50 is outside"):
+        model(torch.tensor([[-1, 2, 50]]), r, qry, mask)
+    with pytest.raises(ValueError, match=r"r\[0, 1\] = 3 is outside"):
+        model(q, torch.tensor([[9, 3, 1]]), qry, mask)
+
+
+@pytest.mark.parametrize(
+    "kw, name",
+    [
+        ({"d": 32, "num_heads": 4}, "d=32"),
+        ({"d": 1024}, "d=1024"),
+        ({"num_heads": 2}, "num_heads=2"),
+        ({"num_heads": 32}, "num_heads=32"),
+        ({"d_ff": 256}, "d_ff=256"),  # 1 x d
+        ({"d_ff": 4096}, "d_ff=4096"),  # 16 x d
+        ({"dropout": 0.6}, "dropout=0.6"),
+        ({"max_seq_len": 20}, "max_seq_len=20"),
+        ({"max_seq_len": 1000}, "max_seq_len=1000"),
+    ],
+)
+def test_seed_sakt_warns_outside_the_seed_ranges(kw, name):
+    with pytest.warns(SeedRangeWarning, match=rf"{name}.*outside seed 004's range"):
+        SAKT(NUM_C, **kw)
+
+
+def test_seed_sakt_ranges_are_inclusive_and_invalid_values_raise():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SeedRangeWarning)
+        SAKT(NUM_C)  # the seed's defaults
+        for kw in (
+            {"d": 64, "num_heads": 4, "d_ff": 128, "dropout": 0.0, "max_seq_len": 50},
+            {"d": 512, "num_heads": 16, "d_ff": 4096, "dropout": 0.5, "max_seq_len": 500},
+        ):
+            SAKT(NUM_C, **kw)
+        tiny = build_model("sakt", preset="tiny", num_c=NUM_C)  # d=16: the registry allows it
+        SAKT.from_model(tiny)
+    for kw, msg in (
+        ({"d": 0}, "d must be > 0"),
+        ({"dropout": 1.0}, r"dropout must be in \[0, 1\)"),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            SAKT(NUM_C, **kw)
+
+
+def test_seed_size_presets():
+    """Seeds 001/003: iDKT N=4 encoder blocks (8 retriever layers); iKT3 N=8 per stream; d=256."""
+    idkt = build_model("idkt", preset="seed", num_c=NUM_C).config
+    assert (idkt.n_blocks, idkt.d, idkt.n_heads) == (4, 256, 8)
+    assert idkt == build_model("idkt", preset="idkt_paper", num_c=NUM_C).config
+    ikt3 = build_model("ikt3", preset="seed", num_c=NUM_C).config
+    assert (ikt3.n_blocks, ikt3.d, ikt3.n_heads) == (8, 256, 8)

@@ -9,6 +9,10 @@ aligned to a BKT reference fitted on the training students (`prepare`):
            + lambda_T MSE(T, T_BKT[q_t])          (means over valid positions)
 p_BKT is BKT's causal prediction (responses before t only), so the alignment keeps the causal
 contract. The heads never feed the logits: with every lambda at 0 the logits equal AKT's.
+
+Presets: `paper` is the AKT paper's size (N=1 encoder block, 2 retriever layers, d=256, 8 heads;
+the README's iDKT row); `seed` (= `idkt_paper`) is seeds 001/003's size, N=4 encoder blocks,
+2N=8 retriever layers, d_model=256, H=8 heads.
 """
 
 from __future__ import annotations
@@ -54,6 +58,11 @@ class IDKTConfig(AKTConfig):
     @classmethod
     def tiny(cls, **kw):
         return super().tiny(**{"head_dim": 16, **kw})
+
+    @classmethod
+    def seed(cls, **kw):
+        """Seeds 001/003's size: N=4 encoder blocks (8 retriever layers), d=256, 8 heads."""
+        return cls.idkt_paper(**kw)
 
 
 @register("idkt")

@@ -3,10 +3,10 @@
 import importlib
 import pkgutil
 
-from .base import REFERENCES, ReferenceModel, build_reference
+from .base import REFERENCES, ReferenceModel, build_reference, references_providing
 
 for _m in pkgutil.iter_modules(__path__):
     if _m.name != "base":
         importlib.import_module(f"{__name__}.{_m.name}")
 
-__all__ = ["REFERENCES", "ReferenceModel", "build_reference"]
+__all__ = ["REFERENCES", "ReferenceModel", "build_reference", "references_providing"]

@@ -147,6 +147,8 @@ def _rows_of(seqs: _Sequences) -> np.ndarray:
 class BKTReference(ReferenceModel):
     """Per-skill BKT (L0, T, guess, slip), EM on training students; causal per-step targets."""
 
+    provides = frozenset({"p", "mastery", "L0", "T"})
+
     def __init__(
         self,
         max_iter: int = 200,

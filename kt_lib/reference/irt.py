@@ -79,6 +79,8 @@ def prefix_abilities(
 class IRTReference(ReferenceModel):
     """Rasch reference: beta_IRT per skill, theta_IRT per training uid, causal M_ref per step."""
 
+    provides = frozenset({"mastery", "beta", "theta_prefix", "theta_student", "seen"})
+
     def __init__(
         self,
         beta_prior_sd: float = 3.0,
