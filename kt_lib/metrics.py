@@ -54,7 +54,8 @@ def ordinal_metrics(
 ) -> dict[str, float]:
     """Ordinal metrics from category probabilities [n, K], as a flat dict of floats.
 
-    qwk (quadratic weighted kappa), acc (exact), ordinal_acc (|pred - true| <= 1), mae,
+    qwk (quadratic weighted kappa), acc (exact match: what seed 002 calls "ordinal accuracy"),
+    adjacent_acc (within one category, |pred - true| <= 1; formerly ordinal_acc), mae,
     near_miss (|pred - true| = 1), large_error (|pred - true| > `large_error`, seed 002's > 2),
     f1_k per category and macro_f1; with K = 2 also the binary metrics of P(Y = 1) (auc, rmse,
     logloss), so a binary run of an ordinal model sits beside the binary models.
@@ -77,7 +78,7 @@ def ordinal_metrics(
     out = {
         "qwk": qwk,
         "acc": float(accuracy_score(y_true, pred)),
-        "ordinal_acc": float(np.mean(err <= 1)),
+        "adjacent_acc": float(np.mean(err <= 1)),
         "mae": float(mean_absolute_error(y_true, pred)),
         "near_miss": float(np.mean(err == 1)),
         "large_error": float(np.mean(err > large_error)),

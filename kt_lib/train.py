@@ -107,7 +107,8 @@ RECIPES: dict[str, dict] = {
 
 
 # early-stopping metrics (higher is better); "auc"/"acc" for binary, "qwk"/"acc"/... for ordinal
-STOPPING_METRICS = ("auc", "acc", "qwk", "ordinal_acc", "macro_f1")
+STOPPING_METRICS = ("auc", "acc", "qwk", "adjacent_acc", "ordinal_acc", "macro_f1")
+METRIC_ALIASES = {"ordinal_acc": "adjacent_acc"}  # old name of within-one-category accuracy
 
 
 @dataclass
@@ -307,6 +308,7 @@ def fit(
     # types and ranges of every field checked before any work (errors name the field)
     cfg = from_dict(TrainConfig, {**asdict(config or TrainConfig()), **overrides}, "TrainConfig")
     metric = cfg.metric or ("qwk" if model.ordinal and model.config.K > 2 else "auc")
+    metric = METRIC_ALIASES.get(metric, metric)
     _check_splits(model, train, valid, metric)
     if cfg.keep_freed_memory and cfg.device == "cpu":
         keep_freed_memory()

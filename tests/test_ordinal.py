@@ -29,19 +29,21 @@ from kt_lib.heads.ordinal import (
     AttentionMechanism,
     AttentionPipeline,
     AttentionRegistry,
+    MechanismCache,
     build_pipeline,
+    composite_attention,
 )
+from kt_lib.heads.ordinal_config import CONFIG_DIR, SEED_CONFIG, read_seed_config
 from kt_lib.metrics import ordinal_confusion_matrix, ordinal_metrics, predict_category
 from kt_lib.models import build_model
 from kt_lib.models.gpcm import (
-    SEED_CONFIG,
+    AttentionGPCM,
     ModularAttentionGPCM,
-    concept_theta_moments,
     create_attention_gpcm,
     create_model_from_config,
-    item_parameter_recovery,
     load_seed_config,
 )
+from kt_lib.viz.ordinal import concept_theta_moments, item_parameter_recovery
 from tests.conftest import make_tiny_dataset
 
 B, L, D, H, K = 2, 10, 64, 4, 4
@@ -210,7 +212,7 @@ def test_attention_config_validation():
 # --- pipeline ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("fusion", ["concat", "weighted", "mean"])
+@pytest.mark.parametrize("fusion", ["concat", "weighted", "mean", "gated"])
 def test_pipeline_fusions(fusion, config):
     torch.manual_seed(0)
     pipeline = build_pipeline(["ordinal_aware", "hierarchical_ordinal"], config, fusion).eval()
@@ -240,6 +242,49 @@ def test_pipeline_mean_and_weighted_of_one_mechanism_is_that_mechanism(config):
             assert torch.allclose(AttentionPipeline([mechanism], fusion)(context), alone, atol=1e-6)
 
 
+def test_gated_fusion_is_the_seeds_composite_attention(config):
+    """CompositeAttention: g = sigmoid(W [o1; o2]), output g o1 + (1 - g) o2 per feature."""
+    torch.manual_seed(0)
+    composite = composite_attention(config).eval()
+    first, second = composite.mechanisms
+    assert composite.names == ["ordinal_aware", "ordinal_pattern"]
+    context = make_context(ragged=True)
+    with torch.no_grad():
+        o1, o2 = first(context), second(context)
+        g = torch.sigmoid(composite.gate(torch.cat([o1, o2], -1)))
+        assert torch.allclose(composite(context), g * o1 + (1 - g) * o2, atol=1e-6)
+    assert set(composite.get_attention_weights(context)) == {
+        "ordinal_aware/attention",
+        "ordinal_pattern/attention",
+    }
+    with pytest.raises(ValueError, match="exactly two mechanisms, got 3"):
+        build_pipeline(["ordinal_aware", "qwk_aligned", "ordinal_pattern"], config, "gated")
+    with pytest.raises(ValueError, match="exactly two mechanisms"):
+        build_model("modular_attention_gpcm", num_c=5, mechanisms=["ordinal_aware"], fusion="gated")
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_composite_attention_is_causal(config, mode):
+    """The gated pipeline's output at t ignores responses >= t and embeddings > t (same draws)."""
+    torch.manual_seed(0)
+    composite = composite_attention(config).train(mode == "train")
+    context = make_context(ragged=True)
+    g = torch.Generator().manual_seed(1)
+
+    def run(ctx):
+        with torch.random.fork_rng(), torch.no_grad():
+            torch.manual_seed(0)
+            return composite(ctx)
+
+    base = run(context)
+    for t in range(L):
+        r, e = context.responses.clone(), context.embeddings.clone()
+        r[:, t:] = torch.randint(0, K, (B, L - t), generator=g)
+        e[:, t + 1 :] = torch.randn(B, L - t - 1, D, generator=g)
+        out = run(AttentionContext(e, r, context.mask))
+        assert torch.allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-5), t
+
+
 def test_pipeline_errors(config):
     with pytest.raises(ValueError, match="unknown fusion method 'sum'"):
         build_pipeline(["ordinal_aware"], config, "sum")
@@ -252,26 +297,28 @@ def test_pipeline_errors(config):
     assert AttentionPipeline([small, big], "concat").fusion_layer.out_features == 8
 
 
-# --- seed 002's integration tests --------------------------------------------------------------
-
-
-def seed_batch(questions: torch.Tensor, responses: torch.Tensor) -> Batch:
-    return Batch(q=questions, r=responses, mask=torch.ones_like(questions, dtype=torch.bool))
+# --- seed 002's interface and its integration tests ---------------------------------------------
 
 
 def test_pipeline_integration():
-    model = create_attention_gpcm(
+    """Seed 002's integration test as written: constructor keywords, model(questions, responses)."""
+    model = ModularAttentionGPCM(
         n_questions=100,
         n_responses=4,
-        mechanisms=["ordinal_aware", "qwk_aligned"],
+        attention_mechanisms=["ordinal_aware", "qwk_aligned"],
         fusion_method="weighted",
     )
-    assert isinstance(model, ModularAttentionGPCM)
     questions = torch.randint(0, 100, (8, 20))
     responses = torch.randint(0, 4, (8, 20))
-    output = model(seed_batch(questions, responses)).logits
+    output = model(questions, responses)
     assert output.shape == (8, 20, 4)
     assert not torch.isnan(output).any()
+    assert torch.allclose(output.sum(-1), torch.ones(8, 20), atol=1e-5)
+    c = model.config  # the seed's defaults: embed_dim 512, AttentionConfig(n_heads=8, dropout=0.1)
+    assert (c.num_c, c.K, c.d, c.n_heads, c.dropout, c.fusion) == (100, 4, 512, 8, 0.1, "weighted")
+    maps = model.get_attention_weights()
+    assert set(maps) == {"ordinal_aware/attention", "qwk_aligned/attention"}
+    assert all(w.shape == (8, 8, 20, 20) for w in maps.values())
 
 
 @pytest.mark.parametrize(
@@ -280,6 +327,7 @@ def test_pipeline_integration():
         (["ordinal_aware"], "mean"),
         (["response_conditioned", "ordinal_pattern"], "concat"),
         (["qwk_aligned", "hierarchical_ordinal"], "weighted"),
+        (["ordinal_aware", "ordinal_pattern"], "gated"),
     ],
 )
 def test_mechanism_composition(mechanisms, fusion):
@@ -290,6 +338,104 @@ def test_mechanism_composition(mechanisms, fusion):
     assert model.attention_pipeline.fusion_method == fusion
     batch = random_batch(100, B=3, L=12, K=4)
     assert audit_causality(model, batch, steps=[0, 1, 6, 11], trials=1)
+
+
+def test_seed_constructor_positional_and_one_definition():
+    """Positional seed arguments; the seed and Batch interfaces give the same predictions."""
+    torch.manual_seed(0)
+    att = AttentionConfig(embed_dim=16, n_heads=2, n_cats=3)
+    model = ModularAttentionGPCM(30, 3, 16, att, ["ordinal_aware", "ordinal_pattern"], "gated")
+    assert model.registry_name == "modular_attention_gpcm"
+    assert (model.config.d, model.config.n_heads, model.config.K) == (16, 2, 3)
+    torch.manual_seed(0)
+    same = build_model("modular_attention_gpcm", model.config)
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.parameters(), same.parameters(), strict=True)
+    )
+    batch = random_batch(30, B=3, L=9, K=3)
+    model.eval()
+    probs = model(batch.q, batch.r, mask=batch.mask)
+    with torch.no_grad():
+        expected = model.probabilities(model(batch))
+    assert torch.allclose(probs[batch.mask], expected[batch.mask])
+    maps = model.get_attention_weights()  # the last forward's inputs (the Batch)
+    assert set(maps) == {"ordinal_aware/attention", "ordinal_pattern/attention"}
+    basic = AttentionGPCM(n_questions=30, n_responses=3, embed_dim=16, n_heads=2, n_layers=2)
+    assert basic.registry_name == "attention_gpcm" and basic.config.d == 16
+    assert basic(batch.q, batch.r, mask=batch.mask).shape == (3, 9, 3)
+    assert set(basic.get_attention_weights()) == {"refine0", "refine1", "read"}
+
+
+def test_seed_interface_padding():
+    """Padded steps (mask False) may hold any id; real steps never read them."""
+    torch.manual_seed(0)
+    model = ModularAttentionGPCM(20, 4, 16, n_heads=2, attention_mechanisms=["qwk_aligned"]).eval()
+    batch = random_batch(20, B=3, L=10, K=4)
+    q, r = batch.q.clone(), batch.r.clone()
+    q[~batch.mask], r[~batch.mask] = -1, 99
+    with torch.no_grad():
+        a = model(q, r, mask=batch.mask)
+        b = model(batch.q, batch.r, mask=batch.mask)
+    assert torch.equal(a[batch.mask], b[batch.mask])
+    maps = model.get_attention_weights(q, r, mask=batch.mask)
+    assert set(maps) == {"qwk_aligned/attention"}
+
+
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        (lambda q, r, m: (q.tolist(), r, m), TypeError, "questions must be a torch.Tensor"),
+        (lambda q, r, m: (q[0], r, m), ValueError, r"questions must be \[B, L\], got shape \(6,\)"),
+        (lambda q, r, m: (q, r.float(), m), ValueError, "responses must hold integer ids"),
+        (lambda q, r, m: (q, r.bool(), m), ValueError, "responses must hold integer ids"),
+        (lambda q, r, m: (q, r[:, :4], m), ValueError, r"responses \(2, 4\) and questions"),
+        (lambda q, r, m: (q + 20, r, m), ValueError, r"questions must lie in \[0, 19\]"),
+        (lambda q, r, m: (q, r - 4, m), ValueError, r"responses must lie in \[0, 3\].*mask="),
+        (lambda q, r, m: (q, r, m.long()), ValueError, "mask must be a bool tensor"),
+        (lambda q, r, m: (q, r, m[:, :2]), ValueError, "mask must be a bool tensor"),
+        (lambda q, r, m: (q[:, :0], r[:, :0], None), ValueError, "no steps"),
+        (lambda q, r, m: (q.repeat(1, 20), r.repeat(1, 20), None), ValueError, "> max_len 64"),
+    ],
+)
+def test_seed_interface_input_errors(change, error, message):
+    model = ModularAttentionGPCM(
+        20, 4, 16, n_heads=2, max_len=64, attention_mechanisms=["ordinal_aware"]
+    )
+    g = torch.Generator().manual_seed(0)
+    q, r = torch.randint(0, 20, (2, 6), generator=g), torch.randint(1, 4, (2, 6), generator=g)
+    questions, responses, mask = change(q, r, torch.ones(2, 6, dtype=torch.bool))
+    with pytest.raises(error, match=message):
+        model(questions, responses, mask=mask)
+
+
+def test_seed_interface_argument_errors():
+    config = ModularAttentionGPCM(20, 4, 16, n_heads=2).config
+    with pytest.raises(TypeError, match="not both"):
+        ModularAttentionGPCM(config, fusion_method="mean")
+    with pytest.raises(TypeError, match="unexpected arguments"):
+        ModularAttentionGPCM(config, n_heads=4)
+    with pytest.raises(TypeError, match="needs a config or n_questions"):
+        ModularAttentionGPCM()
+    with pytest.raises(TypeError, match="n_questions given twice"):
+        ModularAttentionGPCM(20, n_questions=20)
+    with pytest.raises(ValueError, match="n_heads=2 disagrees with the model's n_heads=4"):
+        ModularAttentionGPCM(20, attention_config={"n_heads": 2}, n_heads=4)
+    with pytest.raises(ValueError, match="ModularAttentionGPCM: .*not divisible"):
+        ModularAttentionGPCM(20, embed_dim=20)
+    with pytest.raises(ValueError, match="unknown mechanism"):
+        ModularAttentionGPCM(20, attention_mechanisms=["ordinal_awar"])
+    with pytest.raises(TypeError, match="attention_config must be an AttentionConfig or a dict"):
+        ModularAttentionGPCM(20, attention_config=[("n_heads", 2)])
+    model = ModularAttentionGPCM(20, 4, 16, n_heads=2)
+    with pytest.raises(RuntimeError, match="no forward pass yet"):
+        model.get_attention_weights()
+    batch = random_batch(20, B=2, L=5, K=4)
+    with pytest.raises(TypeError, match="pass the Batch alone"):
+        model(batch, batch.r)
+    with pytest.raises(TypeError, match="seed 002's \\(questions, responses\\)"):
+        model(batch.q)
+    with pytest.raises(ValueError, match="get_attention_weights"):
+        model(batch.q, batch.r, return_attention=True)
 
 
 def test_factory_basic_and_errors():
@@ -319,16 +465,142 @@ AUDITED = [
     ("modular_attention_gpcm", {"n_layers": 2, "mechanisms": MECHANISM_NAMES}, 4),
     *[("modular_attention_gpcm", {"mechanisms": [m]}, 4) for m in MECHANISM_NAMES],
     *[("modular_attention_gpcm", {"fusion": f}, 4) for f in ("concat", "weighted", "mean")],
+    (
+        "modular_attention_gpcm",
+        {"mechanisms": ["ordinal_aware", "ordinal_pattern"], "fusion": "gated"},
+        4,
+    ),
+    ("modular_attention_gpcm", {"n_layers": 2, "gradient_checkpointing": True}, 4),
+    ("attention_gpcm", {"n_layers": 2, "gradient_checkpointing": True}, 4),
 ]
 
 
+@pytest.mark.parametrize("mode", ["eval", "train"])
 @pytest.mark.parametrize("name, overrides, n_cats", AUDITED)
-def test_models_pass_the_causality_audit(name, overrides, n_cats):
+def test_models_pass_the_causality_audit(name, overrides, n_cats, mode):
     torch.manual_seed(0)
     model = build_model(name, preset="tiny", num_c=12, K=n_cats, **overrides)
     batch = random_batch(12, B=4, L=16, K=n_cats, seed=3)
-    result = audit_causality(model, batch, steps=[0, 1, 4, 9, 14, 15], trials=1)
+    result = audit_causality(model, batch, steps=[0, 1, 4, 9, 14, 15], trials=1, mode=mode)
     assert result, str(result)
+
+
+def saved_activation_bytes(model, batch: Batch) -> int:
+    """Bytes autograd keeps for the backward pass of one training loss (parameters excluded,
+    each storage once): what gradient checkpointing reduces."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept: dict[int, int] = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            kept[s.data_ptr()] = max(kept.get(s.data_ptr(), 0), s.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        terms = model.loss(model(batch), batch)
+    terms["total"].backward()
+    return sum(kept.values())
+
+
+@pytest.mark.parametrize("name", ["modular_attention_gpcm", "attention_gpcm"])
+def test_gradient_checkpointing_same_gradients_less_memory(name):
+    """Checkpointed training recomputes the encoder with the same dropout draws: identical loss
+    and gradients (so the audited model's causality carries over), fewer bytes kept."""
+    batch = random_batch(12, B=3, L=40, K=4, seed=1)
+    kept, grads, logits = {}, {}, {}
+    for on in (False, True):
+        torch.manual_seed(0)
+        model = build_model(
+            name, preset="tiny", num_c=12, K=4, n_layers=2, gradient_checkpointing=on
+        )
+        torch.manual_seed(1)
+        kept[on] = saved_activation_bytes(model.train(), batch)
+        grads[on] = [p.grad for p in model.parameters()]
+        torch.manual_seed(1)
+        logits[on] = model(batch).logits.detach()
+        model.eval()
+        with torch.no_grad():  # evaluation ignores the switch
+            logits[on, "eval"] = model(batch).logits
+    assert torch.equal(logits[False], logits[True])
+    assert torch.equal(logits[False, "eval"], logits[True, "eval"])
+    assert all(
+        torch.allclose(a, b, atol=1e-6) for a, b in zip(grads[False], grads[True], strict=True)
+    )
+    assert kept[True] < 0.7 * kept[False], kept
+
+
+def test_bf16_autocast_trains_the_modular_model():
+    """mixed_precision: true maps to TrainConfig(precision="bf16"): autocast, fp32 weights."""
+    from kt_lib.runtime import precision_context
+
+    torch.manual_seed(0)
+    model = build_model(
+        "modular_attention_gpcm",
+        preset="tiny",
+        num_c=12,
+        K=4,
+        fusion="gated",
+        mechanisms=["ordinal_aware", "ordinal_pattern"],
+    )
+    batch = random_batch(12, B=3, L=12, K=4)
+    model.eval()
+    with torch.no_grad():
+        full = model(batch).logits
+        with precision_context("bf16", "cpu"):
+            half = model(batch).logits
+    assert not torch.equal(half.float(), full)  # autocast ran in bfloat16 ...
+    assert torch.allclose(half.float(), full, atol=0.1)  # ... to bfloat16's precision
+    model.train()
+    with precision_context("bf16", "cpu"):
+        terms = model.loss(model(batch), batch)
+    assert torch.isfinite(terms["total"])
+    terms["total"].backward()
+    assert all(
+        p.grad is None or (p.grad.dtype == torch.float32 and torch.isfinite(p.grad).all())
+        for p in model.parameters()
+    )
+
+
+# --- evaluation cache -------------------------------------------------------------------------
+
+
+def test_eval_cache_returns_exact_outputs_and_never_stale_ones():
+    torch.manual_seed(0)
+    model = build_model("modular_attention_gpcm", preset="tiny", num_c=12, K=4, n_layers=2).eval()
+    batch = random_batch(12, B=3, L=10, K=4)
+    with torch.no_grad():
+        plain = model(batch).logits
+        with model.eval_cache() as cache:
+            first, again = model(batch).logits, model(batch).logits
+            n = 2 * len(model.config.mechanisms)  # mechanisms per block x blocks
+            assert (cache.misses, cache.hits) == (n, n)
+            assert torch.equal(first, plain) and torch.equal(again, plain)
+            # the seed's key (shape + set of responses) would collide here: same shape, same
+            # response values, another order
+            other = batch.clone()
+            other.r = batch.r.flip(1) * batch.mask
+            assert torch.equal(model(other).logits, model.eval().forward(other).logits)
+            assert not torch.equal(model(other).logits[batch.mask], plain[batch.mask])
+            # parameters changed in place: a miss, and the new output
+            misses = cache.misses
+            model.encoder.pipelines[0].mechanisms[0].distance_penalty.add_(1.0)
+            changed = model(batch).logits
+            assert cache.misses > misses and not torch.equal(changed, plain)
+            # the caller's tensors edited in place after caching: a miss too
+            misses = cache.misses
+            batch.r[0, 0] = (batch.r[0, 0] + 1) % 4
+            model(batch)
+            assert cache.misses > misses
+        assert all(p.cache is None for p in model.encoder.pipelines)
+    with model.eval_cache() as cache:  # gradients or training mode bypass it
+        model(batch)
+        model.train()
+        with torch.no_grad():
+            model(batch)
+        assert cache.hits == cache.misses == 0
+    with pytest.raises(ValueError, match="max_entries"):
+        MechanismCache(0)
 
 
 def test_binary_data_is_a_2pl_and_evaluates_with_auc():
@@ -432,7 +704,7 @@ def test_ordinal_metrics_hand_checked():
     # [2,2,0,1] is 80/25; 1 - 2/3.2 = 0.375
     assert m["qwk"] == pytest.approx(0.375)
     assert m["acc"] == pytest.approx(0.6)
-    assert m["ordinal_acc"] == pytest.approx(0.8)
+    assert m["adjacent_acc"] == pytest.approx(0.8)
     assert m["mae"] == pytest.approx(0.8)
     assert m["near_miss"] == pytest.approx(0.2)
     assert m["large_error"] == pytest.approx(0.2)
@@ -485,8 +757,11 @@ def test_seed_yaml_loads_into_the_modular_model():
     assert c.mechanisms == ["ordinal_aware", "response_conditioned", "qwk_aligned"]
     assert (c.fusion, c.d, c.n_heads, c.K, c.num_c) == ("weighted", 512, 8, 4, 1000)
     assert (c.distance_penalty, c.window_size, c.correct_threshold) == (0.5, 3, 2)
-    assert setup.train == {"lr": 0.001, "batch_size": 32, "epochs": 100}
-    assert setup.ignored == {"gradient_checkpointing": True, "mixed_precision": True}
+    assert setup.train == {"lr": 0.001, "batch_size": 32, "epochs": 100, "precision": "bf16"}
+    assert c.gradient_checkpointing is True
+    from kt_lib.train import TrainConfig
+
+    TrainConfig(**setup.train).validate()
     data = make_tiny_dataset(num_c=9, num_pid=0, K=4)
     model = create_model_from_config(SEED_CONFIG, dataset=data, d=16, n_heads=2)
     assert isinstance(model, ModularAttentionGPCM) and model.config.num_c == 9
@@ -546,11 +821,31 @@ def test_seed_config_structure_errors(tmp_path):
     bad.write_text("attention: [1, 2]\n")
     with pytest.raises(ValueError, match="bad.yaml: section 'attention' must be a mapping"):
         load_seed_config(bad)
+    bad.write_text("model: {n_questions: 5}\ntraining: {warmup_steps: 10}\n")
+    with pytest.raises(
+        ValueError, match=r"bad.yaml: unknown key\(s\) \['warmup_steps'\] in 'training'"
+    ):
+        load_seed_config(bad)
+
+
+def test_seed_training_switches_are_applied():
+    """No seed key is dropped: checkpointing reaches the model, mixed precision the training."""
+    off = {**_seed_dict(), "training": {"gradient_checkpointing": False, "mixed_precision": False}}
+    setup = load_seed_config(off)
+    assert setup.config.gradient_checkpointing is False and setup.train == {"precision": "fp32"}
+    on = {**_seed_dict(), "training": {"gradient_checkpointing": True, "mixed_precision": True}}
+    model = load_seed_config(on).build()
+    assert all(p.gradient_checkpointing for p in model.encoder.pipelines)
+    assert read_seed_config(on).train == {"precision": "bf16"}
+    seed = read_seed_config(SEED_CONFIG)  # the file alone, before any model is built
+    assert (seed.attention_type, seed.n_questions, seed.gradient_checkpointing) == (
+        "modular",
+        1000,
+        True,
+    )
 
 
 def test_shipped_kt_lib_configs_build(tmp_path):
-    from kt_lib.models.gpcm import CONFIG_DIR
-
     data = make_tiny_dataset(num_c=9, num_pid=0, K=4)
     modular = build_model("modular_attention_gpcm", CONFIG_DIR / "modular_default.yaml", data)
     assert len(modular.attention_pipeline.mechanisms) == 4
@@ -606,3 +901,15 @@ def test_item_parameter_recovery_and_plots():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def test_adjacent_accuracy_is_named_apart_from_exact_accuracy_and_the_old_name_still_stops():
+    from kt_lib.train import TrainConfig, fit
+
+    m = ordinal_metrics(np.array([0, 1, 2, 3]), np.eye(4)[[1, 1, 0, 0]])
+    assert m["acc"] == 0.25 and m["adjacent_acc"] == 0.5 and "ordinal_acc" not in m
+    train = make_tiny_dataset(K=4, n=12, L=10, seed=1)
+    valid = make_tiny_dataset(K=4, n=8, L=10, seed=2)
+    model = build_model("attention_gpcm", dataset=train, preset="tiny")
+    res = fit(model, train, valid, TrainConfig(epochs=1, metric="ordinal_acc", progress=False))
+    assert res.best_metric == res.history["valid_adjacent_acc"].iloc[0]

@@ -14,25 +14,43 @@ Both models share one trunk:
   unmasked nn.MultiheadAttention, so every prediction read future responses.
 - ModularAttentionGPCM ("modular_attention_gpcm"): the encoder is `n_layers` stacked
   AttentionPipelines of registered ordinal mechanisms (kt_lib.heads.ordinal) fused by concat,
-  weighted or mean; a pipeline's output at t reads r < t only, so stacking stays causal.
+  weighted, mean or gated; a pipeline's output at t reads r < t only, so stacking stays causal.
 The recurrent memory stands in for the published model's DKVMN memory, which sits between its
 attention refinement and its summary network (`memory=False` drops it: attention only).
 With K = 2 the GPCM layer is a 2PL model, so both also run on binary data.
-`create_attention_gpcm` is seed 002's factory; `load_seed_config` reads its YAML format.
+
+Two interfaces over one definition: the workbook's `build_model(name, config)` and
+`forward(batch) -> ModelOutput` (training, audits, notebooks), and seed 002's
+`ModularAttentionGPCM(n_questions, n_responses, embed_dim, attention_config,
+attention_mechanisms, fusion_method)`, `model(questions, responses) -> [B, L, K]` probabilities
+and `get_attention_weights()`. `create_attention_gpcm` is the seed's factory and
+`load_seed_config` resolves its YAML format (read by kt_lib.heads.ordinal_config).
+
+Deliberate deviations from seed 002 (its code leaks the future or is unsound):
+- every mechanism is causal (kt_lib.heads.ordinal): step t reads responses < t only, so step 0's
+  attention row is all zero instead of summing to 1, and `get_attention_weights` returns a dict
+  name -> [B, H, L, L] for every mechanism (the seed mixed a tensor, a dict and None);
+- its evaluation cache keyed outputs by shape and the set of response values, so two different
+  sequences shared an entry; `eval_cache()` keys by content and is opt-in;
+- mixed precision is bf16 autocast with float32 weights (TrainConfig.precision), not
+  `model.half()` (float16 weights underflow without a loss scaler); gradient checkpointing
+  (non-reentrant, dropout draws replayed) runs in training with gradients only.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
-from ..config import from_dict, read_mapping, require
+from ..config import from_dict, require
 from ..data.dataset import Batch, KTDataset
 from ..heads.gpcm import ORDINAL_LOSSES, GPCMHead, parse_loss
 from ..heads.ordinal import (
@@ -42,14 +60,12 @@ from ..heads.ordinal import (
     AttentionContext,
     AttentionPipeline,
     AttentionRegistry,
+    MechanismCache,
     OrdinalEmbedding,
 )
+from ..heads.ordinal_config import SEED_MECHANISMS, read_seed_config, seed_model_fields
 from ..nn import Dropout, TransformerLayer, causal_mask
 from .base import MODELS, BaseConfig, KTModel, ModelOutput, build_model, register
-
-SEED_MECHANISMS = ("ordinal_aware", "response_conditioned", "ordinal_pattern", "qwk_aligned")
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "ordinal"
-SEED_CONFIG = CONFIG_DIR / "attention_config.yaml"  # seed 002's YAML example, verbatim
 
 
 @dataclass
@@ -67,6 +83,9 @@ class GPCMConfig(BaseConfig):
     max_len: int = 200  # longest window (learned positions)
     loss: str = "ce"  # prediction loss: "ce", "emd", "qwk" or a sum such as "ce+emd"
     ordinal_loss_weight: float = 1.0  # weight of the non-CE terms of `loss`
+    # training with gradients only: recompute each encoder layer / mechanism in the backward
+    # pass instead of keeping its activations (less memory, about one more encoder forward)
+    gradient_checkpointing: bool = False
 
     def validate(self) -> None:
         super().validate()
@@ -97,7 +116,7 @@ class ModularGPCMConfig(GPCMConfig):
 
     n_layers: int = 1  # stacked pipelines
     mechanisms: list[str] = field(default_factory=lambda: list(SEED_MECHANISMS))  # registry names
-    fusion: str = "concat"  # how mechanism outputs are fused: concat, weighted, mean
+    fusion: str = "concat"  # how mechanism outputs are fused: concat, weighted, mean, gated
     distance_penalty: float = 0.5  # initial penalty per unit of ordinal distance
     window_size: int = 3  # ordinal_pattern's causal convolution window
     correct_threshold: int | None = None  # hierarchical_ordinal's initial cut; None -> K // 2
@@ -111,6 +130,10 @@ class ModularGPCMConfig(GPCMConfig):
             f"unknown mechanism(s) {unknown}; valid: {AttentionRegistry.list_available()}",
         )
         require(self.fusion in FUSIONS, f"fusion must be one of {FUSIONS}, got {self.fusion!r}")
+        require(
+            self.fusion != "gated" or len(self.mechanisms) == 2,
+            f"fusion 'gated' gates between exactly two mechanisms, got {self.mechanisms}",
+        )
         self.attention_config().validate()
 
     def attention_config(self) -> AttentionConfig:
@@ -127,6 +150,13 @@ class ModularGPCMConfig(GPCMConfig):
         )
 
 
+def _checkpointed(module: nn.Module, fn, *args):
+    """fn(*args), recomputed in the backward pass when `module` is training with gradients."""
+    if module.training and torch.is_grad_enabled():
+        return checkpoint(fn, *args, use_reentrant=False)
+    return fn(*args)
+
+
 class CausalRefinement(nn.Module):
     """Self-attention over interactions (s reads <= s), then a strict-past read by the queries."""
 
@@ -138,6 +168,7 @@ class CausalRefinement(nn.Module):
             TransformerLayer(c.d, c.n_heads, d_ff, c.dropout) for _ in range(c.n_layers)
         )
         self.read = TransformerLayer(c.d, c.n_heads, d_ff, c.dropout)
+        self.gradient_checkpointing = c.gradient_checkpointing
 
     def forward(self, e, r, mask, need_weights=False):
         """e [B, L, D] question stream, r [B, L], mask [B, L] -> read [B, L, D], maps."""
@@ -148,7 +179,10 @@ class CausalRefinement(nn.Module):
         h = e + self.response_embedding(r)  # interactions: step s carries r_s
         maps = {}
         for i, layer in enumerate(self.layers):
-            h, maps[f"refine{i}"] = layer(h, h, h, inclusive, need_weights)
+            if self.gradient_checkpointing and not need_weights:
+                h = _checkpointed(self, lambda x, f=layer: f(x, x, x, inclusive)[0], h)
+            else:
+                h, maps[f"refine{i}"] = layer(h, h, h, inclusive, need_weights)
         out, maps["read"] = self.read(e, h, h, strict, need_weights)
         return out, maps
 
@@ -160,7 +194,11 @@ class PipelineEncoder(nn.Module):
         super().__init__()
         att = c.attention_config()
         self.pipelines = nn.ModuleList(
-            AttentionPipeline([AttentionRegistry.create(m, att) for m in c.mechanisms], c.fusion)
+            AttentionPipeline(
+                [AttentionRegistry.create(m, att) for m in c.mechanisms],
+                c.fusion,
+                c.gradient_checkpointing,
+            )
             for _ in range(c.n_layers)
         )
 
@@ -173,14 +211,80 @@ class PipelineEncoder(nn.Module):
         return h, maps
 
 
+def _int_tensor(name: str, t) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor [B, L], got {type(t).__name__}")
+    if t.dim() != 2:
+        raise ValueError(f"{name} must be [B, L], got shape {tuple(t.shape)}")
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integer ids, got dtype {t.dtype}")
+    return t
+
+
+def seed_batch(
+    questions: torch.Tensor,
+    responses: torch.Tensor,
+    num_c: int,
+    K: int,
+    mask: torch.Tensor | None = None,
+) -> Batch:
+    """Seed 002's (questions, responses) [B, L] checked into a `Batch` (errors name the tensor).
+
+    `mask` [B, L] bool marks real steps (None: all real); padded steps may hold any value (e.g.
+    -1) and are set to the padding id 0; real steps must have questions in [0, num_c) and
+    responses in [0, K).
+    """
+    q = _int_tensor("questions", questions)
+    r = _int_tensor("responses", responses)
+    if r.shape != q.shape:
+        raise ValueError(f"responses {tuple(r.shape)} and questions {tuple(q.shape)} differ")
+    if r.device != q.device:
+        raise ValueError(f"responses on {r.device} but questions on {q.device}")
+    if q.shape[1] == 0:
+        raise ValueError("questions and responses have no steps (L = 0)")
+    if mask is None:
+        mask = torch.ones_like(q, dtype=torch.bool)
+    elif not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != q.shape:
+        got = (mask.dtype, tuple(mask.shape)) if isinstance(mask, torch.Tensor) else type(mask)
+        raise ValueError(f"mask must be a bool tensor of shape {tuple(q.shape)}, got {got}")
+    mask = mask.to(q.device)
+    for name, t, n in (("questions", q, num_c), ("responses", r, K)):
+        real = t[mask]
+        if real.numel() and (int(real.min()) < 0 or int(real.max()) >= n):
+            raise ValueError(
+                f"{name} must lie in [0, {n - 1}] on real steps, got {int(real.min())}.."
+                f"{int(real.max())} (mark padded steps with mask=)"
+            )
+    return Batch(q=q.masked_fill(~mask, 0).long(), r=r.masked_fill(~mask, 0).long(), mask=mask)
+
+
 @register("attention_gpcm")
 class AttentionGPCM(KTModel):
-    """Causal attention encoder, summary state, GPCM output over K ordered categories."""
+    """Causal attention encoder, summary state, GPCM output over K ordered categories.
+
+    Built from a `GPCMConfig` (the registry path), or with seed 002's arguments:
+    `AttentionGPCM(n_questions, n_responses=4, embed_dim=512, **config_fields)`.
+    """
 
     config_cls = GPCMConfig
     ordinal = True
 
-    def __init__(self, config: GPCMConfig):
+    def __init__(
+        self,
+        config: GPCMConfig | int | None = None,
+        n_responses: int | None = None,
+        embed_dim: int | None = None,
+        *,
+        n_questions: int | None = None,
+        **config_fields,
+    ):
+        if not isinstance(config, GPCMConfig):
+            seed_args = {"n_responses": n_responses, "embed_dim": embed_dim}
+            config = self._seed_config(config, n_questions, seed_args, config_fields)
+        elif n_questions is not None or n_responses is not None or embed_dim is not None:
+            raise TypeError(f"pass a {type(config).__name__} or seed 002's arguments, not both")
+        elif config_fields:
+            raise TypeError(f"unexpected arguments {sorted(config_fields)} beside a config")
         super().__init__(config)
         c = config
         self.q_embedding = nn.Embedding(c.num_c, c.d)
@@ -195,14 +299,60 @@ class AttentionGPCM(KTModel):
         self.ability = nn.Linear(c.d_summary, 1)
         self.gpcm = GPCMHead(c.num_c, c.K)
         self.loss_parts = parse_loss(c.loss)
+        self._last_inputs: Batch | None = None  # what get_attention_weights() reads
+
+    @classmethod
+    def _seed_config(cls, positional, n_questions, seed_args: dict, config_fields: dict):
+        """The config for seed 002's constructor arguments (first positional = n_questions)."""
+        if positional is not None and n_questions is not None:
+            raise TypeError("n_questions given twice (positionally and by keyword)")
+        n_questions = positional if positional is not None else n_questions
+        if n_questions is None:
+            raise TypeError(f"{cls.__name__} needs a config or n_questions (seed 002's interface)")
+        modular = issubclass(cls.config_cls, ModularGPCMConfig)
+        fields_ = seed_model_fields(
+            n_questions,
+            **seed_args,
+            config_fields=config_fields,
+            where=cls.__name__,
+            modular=modular,
+        )
+        return from_dict(cls.config_cls, fields_, source=cls.__name__)
 
     def build_encoder(self) -> nn.Module:
         return CausalRefinement(self.config)
 
-    def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
+    def forward(
+        self,
+        batch: Batch | torch.Tensor,
+        responses: torch.Tensor | None = None,
+        return_attention: bool = False,
+        *,
+        mask: torch.Tensor | None = None,
+    ) -> ModelOutput | torch.Tensor:
+        """`forward(batch) -> ModelOutput` (logits [B, L, K]), or seed 002's
+        `forward(questions, responses, mask=None) -> probabilities [B, L, K]`."""
+        if not isinstance(batch, Batch):
+            if responses is None:
+                raise TypeError("forward takes a Batch, or seed 002's (questions, responses)")
+            if return_attention:
+                raise ValueError("with (questions, responses) read maps by get_attention_weights()")
+            seed = seed_batch(batch, responses, self.config.num_c, self.config.K, mask)
+            return self.probabilities(self.forward(seed))
+        if responses is not None or mask is not None:
+            raise TypeError("a Batch carries its responses and mask: pass the Batch alone")
+        if (
+            batch.q.dim() != 2
+            or batch.r.shape != batch.q.shape
+            or batch.mask.shape != batch.q.shape
+        ):
+            shapes = (tuple(batch.q.shape), tuple(batch.r.shape), tuple(batch.mask.shape))
+            raise ValueError(f"Batch q, r, mask must all be [B, L], got {shapes}")
         L = batch.q.shape[1]
         if L > self.config.max_len:
             raise ValueError(f"sequence length {L} > max_len {self.config.max_len}")
+        if not torch.compiler.is_compiling():
+            self._last_inputs = batch
         pos = torch.arange(L, device=batch.q.device)
         e = self.drop(self.q_embedding(batch.q) + self.pos_embedding(pos))  # [B, L, D]
         read, maps = self.encoder(e, batch.r, batch.mask, return_attention)
@@ -216,6 +366,31 @@ class AttentionGPCM(KTModel):
         return ModelOutput(
             logits=g.logits, attention=maps if return_attention else None, extras=extras
         )
+
+    @torch.no_grad()
+    def get_attention_weights(
+        self,
+        questions: torch.Tensor | Batch | None = None,
+        responses: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """Attention maps name -> [B, H, L, L] of the last forward's inputs (seed 002), or of
+        the given Batch / (questions, responses); computed as in evaluation (no dropout)."""
+        if isinstance(questions, Batch):
+            batch = questions
+        elif questions is not None:
+            batch = seed_batch(questions, responses, self.config.num_c, self.config.K, mask)
+        elif self._last_inputs is None:
+            raise RuntimeError("no forward pass yet: call the model first or pass the inputs")
+        else:
+            batch = self._last_inputs
+        was_training = self.training
+        self.eval()
+        try:
+            return self.forward(batch, return_attention=True).attention
+        finally:
+            self.train(was_training)
 
     def loss(self, out: ModelOutput, batch: Batch, epoch: int = 0) -> dict[str, torch.Tensor]:
         """The configured prediction loss ('ce', 'emd', 'qwk' or a '+' sum) over valid steps."""
@@ -237,9 +412,41 @@ class AttentionGPCM(KTModel):
 
 @register("modular_attention_gpcm")
 class ModularAttentionGPCM(AttentionGPCM):
-    """AttentionGPCM whose encoder is a pipeline of plug-in ordinal attention mechanisms."""
+    """AttentionGPCM whose encoder is a pipeline of plug-in ordinal attention mechanisms.
+
+    Built from a `ModularGPCMConfig`, or with seed 002's arguments:
+    `ModularAttentionGPCM(n_questions, n_responses=4, embed_dim=512, attention_config=None,
+    attention_mechanisms=None, fusion_method='concat', **config_fields)`.
+    """
 
     config_cls = ModularGPCMConfig
+
+    def __init__(
+        self,
+        config: ModularGPCMConfig | int | None = None,
+        n_responses: int | None = None,
+        embed_dim: int | None = None,
+        attention_config: AttentionConfig | dict | None = None,
+        attention_mechanisms: list[str] | None = None,
+        fusion_method: str | None = None,
+        *,
+        n_questions: int | None = None,
+        **config_fields,
+    ):
+        seed_args = {
+            "n_responses": n_responses,
+            "embed_dim": embed_dim,
+            "attention_config": attention_config,
+            "mechanisms": attention_mechanisms,
+            "fusion_method": fusion_method,
+        }
+        if not isinstance(config, ModularGPCMConfig):
+            config = self._seed_config(config, n_questions, seed_args, config_fields)
+        elif n_questions is not None or any(v is not None for v in seed_args.values()):
+            raise TypeError("pass a ModularGPCMConfig or seed 002's arguments, not both")
+        elif config_fields:
+            raise TypeError(f"unexpected arguments {sorted(config_fields)} beside a config")
+        super().__init__(config)
 
     def build_encoder(self) -> nn.Module:
         return PipelineEncoder(self.config)
@@ -249,40 +456,22 @@ class ModularAttentionGPCM(AttentionGPCM):
         """The (first) pipeline, as seed 002 names it."""
         return self.encoder.pipelines[0]
 
+    @contextlib.contextmanager
+    def eval_cache(self, max_entries: int = 8) -> Iterator[MechanismCache]:
+        """Inside the block, evaluation (eval mode, no gradients) reuses a mechanism's output
+        when its inputs and parameters are bitwise equal to a stored call's; dropped on exit.
+        Pays off only when the same batch is evaluated again by an unchanged model."""
+        cache = MechanismCache(max_entries)
+        for p in self.encoder.pipelines:
+            p.cache = cache
+        try:
+            yield cache
+        finally:
+            for p in self.encoder.pipelines:
+                p.cache = None
+
 
 # --- seed 002 entry points -------------------------------------------------------------------
-
-_ATTENTION_TO_MODEL = {  # AttentionConfig field -> ModularGPCMConfig field
-    "embed_dim": "d",
-    "n_heads": "n_heads",
-    "n_cats": "K",
-    "dropout": "dropout",
-    "distance_penalty": "distance_penalty",
-    "window_size": "window_size",
-    "correct_threshold": "correct_threshold",
-}
-
-
-def _merge_attention_config(fields_: dict, attention_config, where: str) -> dict:
-    """Model fields updated from an AttentionConfig/dict; clashing sizes raise ValueError."""
-    if isinstance(attention_config, AttentionConfig):
-        given = {f.name: getattr(attention_config, f.name) for f in fields(AttentionConfig)}
-    else:
-        valid = sorted(_ATTENTION_TO_MODEL)
-        bad = sorted(set(attention_config) - set(valid))
-        if bad:
-            raise ValueError(f"{where}: unknown field(s) {bad} for AttentionConfig; valid: {valid}")
-        given = dict(attention_config)
-    out = dict(fields_)
-    for key, value in given.items():
-        target = _ATTENTION_TO_MODEL[key]
-        if target in ("d", "K") and target in out and out[target] != value:
-            model_key = {"d": "embed_dim", "K": "n_responses"}[target]
-            raise ValueError(
-                f"{where}: {key}={value} disagrees with the model's {model_key}={out[target]}"
-            )
-        out[target] = value
-    return out
 
 
 def create_attention_gpcm(
@@ -290,7 +479,7 @@ def create_attention_gpcm(
     n_responses: int = 4,
     attention_type: str = "modular",
     mechanisms: list[str] | None = None,
-    fusion_method: str = "concat",
+    fusion_method: str | None = None,
     embed_dim: int | None = None,
     attention_config: AttentionConfig | dict | None = None,
     **config_fields,
@@ -299,33 +488,23 @@ def create_attention_gpcm(
 
     `config_fields` are further GPCMConfig / ModularGPCMConfig fields (e.g. n_layers, loss).
     """
-    fields_ = {"num_c": n_questions, "K": n_responses, **config_fields}
-    if embed_dim is not None:
-        fields_["d"] = embed_dim
     if attention_type == "basic":
-        if mechanisms is not None or attention_config is not None:
-            raise ValueError("mechanisms and attention_config apply to attention_type='modular'")
-        return build_model("attention_gpcm", **fields_)
+        if mechanisms is not None or attention_config is not None or fusion_method is not None:
+            raise ValueError(
+                "mechanisms, fusion_method and attention_config apply to attention_type='modular'"
+            )
+        return AttentionGPCM(n_questions, n_responses, embed_dim, **config_fields)
     if attention_type == "modular":
-        if attention_config is not None:
-            fields_ = _merge_attention_config(fields_, attention_config, "attention_config")
-        if mechanisms is not None:
-            fields_["mechanisms"] = list(mechanisms)
-        return build_model("modular_attention_gpcm", fusion=fusion_method, **fields_)
+        return ModularAttentionGPCM(
+            n_questions,
+            n_responses,
+            embed_dim,
+            attention_config,
+            mechanisms,
+            fusion_method,
+            **config_fields,
+        )
     raise ValueError(f"Unknown attention type: {attention_type!r}; expected 'modular' or 'basic'")
-
-
-_SEED_SECTIONS = {
-    "attention": {"type", "mechanisms", "fusion_method", "config"},
-    "model": {"n_questions", "n_responses", "embed_dim"},
-    "training": {
-        "learning_rate",
-        "batch_size",
-        "epochs",
-        "gradient_checkpointing",
-        "mixed_precision",
-    },
-}
 
 
 @dataclass
@@ -333,9 +512,8 @@ class SeedSetup:
     """A seed-002 YAML file resolved into a registry model config and training settings."""
 
     model: str  # registry name: attention_gpcm or modular_attention_gpcm
-    config: GPCMConfig  # validated model config
-    train: dict  # TrainConfig overrides (lr, batch_size, epochs)
-    ignored: dict  # seed training switches kt_lib does not implement (checkpointing, fp16)
+    config: GPCMConfig  # validated model config (gradient_checkpointing from the file)
+    train: dict  # TrainConfig overrides: lr, batch_size, epochs, precision (mixed_precision)
 
     def build(self) -> AttentionGPCM:
         return build_model(self.model, self.config)
@@ -344,82 +522,16 @@ class SeedSetup:
 def load_seed_config(
     source: str | Path | dict, dataset: KTDataset | None = None, **overrides
 ) -> SeedSetup:
-    """Read seed 002's YAML (attention / model / training sections) with clear errors.
+    """Seed 002's YAML (attention / model / training sections) as a model config and training
+    settings, with clear errors naming the file and key (see kt_lib.heads.ordinal_config).
 
     With `dataset`, the vocabulary comes from the data (n_questions is replaced; n_responses must
     match its K). `overrides` are model config fields applied last (e.g. d=16 for a smoke run).
     """
-    where = str(source) if not isinstance(source, dict) else "seed config"
-    raw = read_mapping(source) if not isinstance(source, dict) else dict(source)
-    unknown = sorted(set(raw) - set(_SEED_SECTIONS))
-    if unknown:
-        raise ValueError(f"{where}: unknown section(s) {unknown}; valid: {sorted(_SEED_SECTIONS)}")
-    sec = {}
-    for name, keys in _SEED_SECTIONS.items():
-        value = raw.get(name) or {}
-        if not isinstance(value, dict):
-            raise ValueError(f"{where}: section {name!r} must be a mapping, got {value!r}")
-        bad = sorted(set(value) - keys)
-        if bad:
-            raise ValueError(f"{where}: unknown key(s) {bad} in {name!r}; valid: {sorted(keys)}")
-        sec[name] = value
-    att, mod, tr = sec["attention"], sec["model"], sec["training"]
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-    count = lambda v: number(v) and isinstance(v, int) and v >= 1
-    for key, ok, want in (  # seed training fields: type and range, before they reach fit
-        ("learning_rate", lambda v: number(v) and 0 < v < np.inf, "a finite number > 0"),
-        ("batch_size", count, "an integer >= 1"),
-        ("epochs", count, "an integer >= 1"),
-        ("gradient_checkpointing", lambda v: isinstance(v, bool), "true or false"),
-        ("mixed_precision", lambda v: isinstance(v, bool), "true or false"),
-    ):
-        if key in tr and not ok(tr[key]):
-            text = isinstance(tr[key], str) and key == "learning_rate"
-            hint = " (YAML reads 1e-3 as text; write 1.0e-3)" if text else ""
-            raise ValueError(f"{where}: training.{key} must be {want}, got {tr[key]!r}{hint}")
-
-    kind = att.get("type", "modular")
-    if kind not in ("modular", "basic"):
-        raise ValueError(f"{where}: attention.type must be 'modular' or 'basic', got {kind!r}")
-    fields_: dict = {}
-    if dataset is not None:
-        if "n_responses" in mod and mod["n_responses"] != dataset.K:
-            raise ValueError(
-                f"{where}: model.n_responses={mod['n_responses']} but the data has "
-                f"K={dataset.K} categories"
-            )
-        fields_.update(num_c=dataset.num_c, K=dataset.K)
-    elif "n_questions" not in mod:
-        raise ValueError(f"{where}: model.n_questions is required (or pass dataset=)")
-    else:
-        fields_.update(num_c=mod["n_questions"], K=mod.get("n_responses", 4))
-    if "embed_dim" in mod:
-        fields_["d"] = mod["embed_dim"]
-    name = "attention_gpcm"
-    if kind == "modular":
-        name = "modular_attention_gpcm"
-        if "config" in att:
-            if not isinstance(att["config"], dict):
-                raise ValueError(f"{where}: attention.config must be a mapping")
-            fields_ = _merge_attention_config(fields_, att["config"], f"{where}: attention.config")
-        if "mechanisms" in att:
-            mechs = att["mechanisms"]
-            if not isinstance(mechs, list) or not all(isinstance(m, str) for m in mechs):
-                raise ValueError(f"{where}: attention.mechanisms must be a list of names")
-            fields_["mechanisms"] = mechs
-        if "fusion_method" in att:
-            fields_["fusion"] = att["fusion_method"]
-    elif {"mechanisms", "config", "fusion_method"} & set(att):
-        raise ValueError(f"{where}: attention.mechanisms/config/fusion_method need type: modular")
-    fields_.update(overrides)
-    config = from_dict(MODELS[name].config_cls, fields_, source=where)
-    train = {
-        k2: tr[k1]
-        for k1, k2 in (("learning_rate", "lr"), ("batch_size", "batch_size"), ("epochs", "epochs"))
-        if k1 in tr
-    }
-    ignored = {k: tr[k] for k in ("gradient_checkpointing", "mixed_precision") if k in tr}
-    return SeedSetup(name, config, train, ignored)
+    f = read_seed_config(source)
+    name, fields_ = f.model_fields(dataset, **overrides)
+    config = from_dict(MODELS[name].config_cls, fields_, source=f.source)
+    return SeedSetup(name, config, dict(f.train))
 
 
 def create_model_from_config(
@@ -427,92 +539,3 @@ def create_model_from_config(
 ) -> AttentionGPCM:
     """Seed 002's `ConfigLoader.create_model_from_config`: a model from its YAML format."""
     return load_seed_config(source, dataset, **overrides).build()
-
-
-# --- analysis helpers ------------------------------------------------------------------------
-
-
-@torch.no_grad()
-def concept_theta_moments(
-    model: AttentionGPCM,
-    data: KTDataset,
-    batch_size: int = 128,
-    max_len: int = 200,
-    device: str = "cpu",
-) -> dict[str, np.ndarray]:
-    """Mean and sd of the ability theta the model assigns on each concept over `data` [C]."""
-    from ..data.dataset import BatchLoader
-
-    was_training = model.training
-    model.eval()
-    C = model.config.num_c
-    s0, s1, s2 = (torch.zeros(C, dtype=torch.float64) for _ in range(3))
-    for batch in BatchLoader(data, batch_size, max_len):
-        batch = batch.to(device)
-        theta = model(batch).extras["theta"][batch.mask].double().cpu()
-        q = batch.q[batch.mask].cpu()
-        s0 += torch.bincount(q, minlength=C)
-        s1.index_add_(0, q, theta)
-        s2.index_add_(0, q, theta.square())
-    model.train(was_training)
-    n = s0.clamp_min(1)
-    mean = s1 / n
-    sd = (s2 / n - mean.square()).clamp_min(0).sqrt()
-    unseen = s0 == 0
-    mean[unseen], sd[unseen] = float("nan"), float("nan")
-    return {"mean": mean.numpy(), "sd": sd.numpy()}
-
-
-def item_parameter_recovery(
-    model: AttentionGPCM,
-    alpha_true: np.ndarray,
-    thresholds_true: np.ndarray,
-    theta_moments: dict[str, np.ndarray] | None = None,
-) -> tuple[pd.DataFrame, dict[str, float]]:
-    """Learned vs true GPCM parameters per concept: a long table and Pearson correlations.
-
-    The scale and origin of theta are not identified, so learned parameters match the truth up to
-    an affine map; Pearson correlation is invariant to it. Because theta also reads the current
-    question, even the per-concept origin and scale are not identified: (theta + d_c, beta_c + d_c)
-    predict the same. With `theta_moments` (from `concept_theta_moments` on the training data) the
-    table also gives the parameters in the identified frame where the model's ability on each
-    concept has mean 0 and sd 1 (thresholds (beta - mean) / sd, discrimination alpha * sd), the
-    convention IRT uses for its ability distribution; correlations `*_anchored`.
-    """
-    learned = model.item_parameters()
-    C, Km1 = thresholds_true.shape
-    if learned["thresholds"].shape != (C, Km1):
-        raise ValueError(f"model thresholds {learned['thresholds'].shape} vs truth {(C, Km1)}")
-    thr, alpha = learned["thresholds"], learned["alpha"]
-    frames = {"learned": (thr, alpha)}
-    if theta_moments is not None:
-        m, sd = theta_moments["mean"][:, None], theta_moments["sd"]
-        frames["anchored"] = ((thr - m) / sd[:, None], alpha * sd)
-    rows = []
-    for c in range(C):
-        for h in range(Km1):
-            rows.append(
-                {
-                    "concept": c,
-                    "parameter": f"beta_{h}",
-                    "true": thresholds_true[c, h],
-                    **{k: f[0][c, h] for k, f in frames.items()},
-                }
-            )
-        rows.append(
-            {
-                "concept": c,
-                "parameter": "alpha",
-                "true": alpha_true[c],
-                **{k: f[1][c] for k, f in frames.items()},
-            }
-        )
-    table = pd.DataFrame(rows)
-    is_alpha = table.parameter == "alpha"
-    corr = {}
-    for frame in frames:
-        suffix = "" if frame == "learned" else f"_{frame}"
-        for key, part in (("threshold_r", table[~is_alpha]), ("alpha_r", table[is_alpha])):
-            ok = np.isfinite(part[frame])
-            corr[key + suffix] = float(np.corrcoef(part.true[ok], part[frame][ok])[0, 1])
-    return table, corr

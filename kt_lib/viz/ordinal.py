@@ -1,9 +1,15 @@
-"""Plots for ordinal KT: confusion matrix, per-category F1, GPCM parameter recovery, mechanism maps.
+"""Ordinal KT analysis: GPCM parameter recovery tables, confusion matrix, per-category F1,
+parameter-recovery plots, mechanism maps.
 
-# B batch, H heads, L query steps, S key steps, K categories
+# B batch, H heads, L query steps, S key steps, K categories, C concepts
+Metric names (kt_lib.metrics.ordinal_metrics): `acc` is exact-match accuracy, what seed 002 calls
+"ordinal accuracy"; `adjacent_acc` (formerly `ordinal_acc`) is within-one accuracy,
+|predicted - true| <= 1.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -11,7 +17,100 @@ import pandas as pd
 import seaborn as sns
 import torch
 
+from ..data.dataset import BatchLoader, KTDataset
 from .common import attention_heatmap, panel_grid
+
+if TYPE_CHECKING:
+    from ..models.gpcm import AttentionGPCM
+
+# --- GPCM parameter recovery: the tables the plots below draw ----------------------------------
+
+
+@torch.no_grad()
+def concept_theta_moments(
+    model: AttentionGPCM,
+    data: KTDataset,
+    batch_size: int = 128,
+    max_len: int = 200,
+    device: str = "cpu",
+) -> dict[str, np.ndarray]:
+    """Mean and sd of the ability theta the model assigns on each concept over `data` [C]."""
+    was_training = model.training
+    model.eval()
+    C = model.config.num_c
+    s0, s1, s2 = (torch.zeros(C, dtype=torch.float64) for _ in range(3))
+    for batch in BatchLoader(data, batch_size, max_len):
+        batch = batch.to(device)
+        theta = model(batch).extras["theta"][batch.mask].double().cpu()
+        q = batch.q[batch.mask].cpu()
+        s0 += torch.bincount(q, minlength=C)
+        s1.index_add_(0, q, theta)
+        s2.index_add_(0, q, theta.square())
+    model.train(was_training)
+    n = s0.clamp_min(1)
+    mean = s1 / n
+    sd = (s2 / n - mean.square()).clamp_min(0).sqrt()
+    unseen = s0 == 0
+    mean[unseen], sd[unseen] = float("nan"), float("nan")
+    return {"mean": mean.numpy(), "sd": sd.numpy()}
+
+
+def item_parameter_recovery(
+    model: AttentionGPCM,
+    alpha_true: np.ndarray,
+    thresholds_true: np.ndarray,
+    theta_moments: dict[str, np.ndarray] | None = None,
+) -> tuple[pd.DataFrame, dict[str, float]]:
+    """Learned vs true GPCM parameters per concept: a long table and Pearson correlations.
+
+    The scale and origin of theta are not identified, so learned parameters match the truth up to
+    an affine map; Pearson correlation is invariant to it. Because theta also reads the current
+    question, even the per-concept origin and scale are not identified: (theta + d_c, beta_c + d_c)
+    predict the same. With `theta_moments` (from `concept_theta_moments` on the training data) the
+    table also gives the parameters in the identified frame where the model's ability on each
+    concept has mean 0 and sd 1 (thresholds (beta - mean) / sd, discrimination alpha * sd), the
+    convention IRT uses for its ability distribution; correlations `*_anchored`.
+    """
+    learned = model.item_parameters()
+    C, Km1 = thresholds_true.shape
+    if learned["thresholds"].shape != (C, Km1):
+        raise ValueError(f"model thresholds {learned['thresholds'].shape} vs truth {(C, Km1)}")
+    thr, alpha = learned["thresholds"], learned["alpha"]
+    frames = {"learned": (thr, alpha)}
+    if theta_moments is not None:
+        m, sd = theta_moments["mean"][:, None], theta_moments["sd"]
+        frames["anchored"] = ((thr - m) / sd[:, None], alpha * sd)
+    rows = []
+    for c in range(C):
+        for h in range(Km1):
+            rows.append(
+                {
+                    "concept": c,
+                    "parameter": f"beta_{h}",
+                    "true": thresholds_true[c, h],
+                    **{k: f[0][c, h] for k, f in frames.items()},
+                }
+            )
+        rows.append(
+            {
+                "concept": c,
+                "parameter": "alpha",
+                "true": alpha_true[c],
+                **{k: f[1][c] for k, f in frames.items()},
+            }
+        )
+    table = pd.DataFrame(rows)
+    is_alpha = table.parameter == "alpha"
+    corr = {}
+    for frame in frames:
+        suffix = "" if frame == "learned" else f"_{frame}"
+        for key, part in (("threshold_r", table[~is_alpha]), ("alpha_r", table[is_alpha])):
+            ok = np.isfinite(part[frame])
+            corr[key + suffix] = float(np.corrcoef(part.true[ok], part[frame][ok])[0, 1])
+    return table, corr
+
+
+# --- plots ---------------------------------------------------------------------------------------
 
 
 def plot_confusion(cm: np.ndarray, normalize: bool = True, title: str = "confusion", ax=None):
