@@ -15,7 +15,7 @@ env: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,ray]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (kt-workbook)" > /dev/null
 	touch $(STAMP)
 

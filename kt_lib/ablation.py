@@ -24,10 +24,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import pandas as pd
-from tqdm.auto import tqdm
 
-from .config import read_mapping
-from .experiment import ExperimentResult, run_experiment
+from .experiment import ExperimentResult
 from .registry import Registry
 from .train import TrainConfig
 
@@ -70,6 +68,41 @@ def cell_factors(cell: dict) -> dict:
     return out
 
 
+def _grid_tasks(cells: list[dict], seeds: list[int], train_config, parallel: bool) -> list[dict]:
+    """One `runner.run_task` task per (cell, seed), in plan order; with `parallel`, each cell's
+    config and overrides must pickle (they travel to worker processes)."""
+    import pickle
+
+    from .runner import train_dict
+
+    train = train_dict(train_config)
+    tasks = []
+    for cell in cells:
+        payload = {"config": cell.get("config"), "overrides": cell.get("overrides") or {}}
+        if parallel:
+            try:
+                pickle.dumps(payload)
+            except Exception as exc:
+                raise ValueError(
+                    f"cell {cell['label']!r}: its config/overrides cannot be sent to a worker "
+                    f"process ({exc}); use plain values, mappings or config dataclasses"
+                ) from exc
+        for seed in seeds:
+            tasks.append(
+                {
+                    "index": len(tasks),
+                    "model": cell["model"],
+                    "preset": cell.get("preset", "tiny"),
+                    "seed": seed,
+                    "label": cell["label"],
+                    **copy.deepcopy(payload),
+                    "train": train,
+                    "data": None,  # the grid's bundle, shared with the workers
+                }
+            )
+    return tasks
+
+
 def run_grid(
     cells: list[dict],
     bundle,
@@ -77,42 +110,67 @@ def run_grid(
     train_config: TrainConfig | None = None,
     progress: bool = True,
     callback: Callable[[dict, int, ExperimentResult], None] | None = None,
+    workers: int = 1,
+    executor: str = "process",
+    gpus_per_run: float | None = None,
+    ray_address: str | None = None,
+    on_error: str = "record",
 ) -> pd.DataFrame:
-    """Train every cell once per seed on `bundle` (train/valid/test); one row per (cell, seed).
+    """Train every cell once per seed on `bundle` (train/valid/test); one row per (cell, seed),
+    in plan order (cells, then seeds) whatever the executor.
 
     Columns: label, model, preset, seed, the cell's factors, test_<metric> for each test metric,
-    valid_<headline metric>, best_epoch, epochs, params, train_seconds. `callback(cell, seed,
-    result)` sees each trained model (e.g. to keep one for plots).
+    valid_<headline metric>, best_epoch, epochs, params, train_seconds; a failed run keeps its
+    label, model, preset, seed and factors, with `error` and `traceback` (the others go on;
+    on_error="raise" stops at the first). `callback(cell, seed, result)` sees each trained
+    model (e.g. to keep one for plots): in-process runs only (workers=1, no Ray).
+
+    `workers` runs train at a time (`kt_lib.runner.execute`): spawned processes sharing the
+    cores (or one GPU), each receiving `bundle` once, or Ray tasks with executor="ray"
+    (`gpus_per_run`, default 1/workers on CUDA; `ray_address` for a cluster).
     """
+    from . import runner
+
     check_cells(cells)
     seeds = list(seeds)
     if not seeds:
         raise ValueError("run_grid needs at least one seed")
-    rows = []
-    bar = tqdm(total=len(cells) * len(seeds), desc="ablation", disable=not progress)
-    for cell in cells:
-        for seed in seeds:
-            bar.set_postfix_str(f"{cell['label']} seed {seed}")
-            res = run_experiment(
-                cell["model"],
-                bundle.train,
-                bundle.valid,
-                bundle.test,
-                preset=cell.get("preset", "tiny"),
-                model_config=copy.deepcopy(cell.get("config")),
-                train_config=train_config,
-                seed=seed,
-                label=cell["label"],
-                **copy.deepcopy(cell.get("overrides") or {}),
-            )
-            headline = "qwk" if res.model.ordinal else "auc"
-            rows.append(
+    parallel = workers > 1 or executor == "ray"
+    if callback is not None and parallel:
+        raise ValueError(
+            "run_grid's callback sees trained models, which stay in their worker processes: "
+            "use workers=1 (and the default executor) with a callback"
+        )
+    tasks = _grid_tasks(cells, seeds, train_config, parallel)
+    cell_of = [cell for cell in cells for _ in seeds]  # by task index
+    rows: list[dict | None] = [None] * len(tasks)
+    outcomes = runner.execute(
+        tasks,
+        bundle,
+        workers=workers,
+        executor=executor,
+        gpus_per_run=gpus_per_run,
+        ray_address=ray_address,
+        progress=progress,
+        desc="ablation",
+        on_error=on_error,
+    )
+    for out in outcomes:
+        cell, seed = cell_of[out.index], tasks[out.index]["seed"]
+        row = {
+            "label": cell["label"],
+            "model": cell["model"],
+            "preset": cell.get("preset", "tiny"),
+            "seed": seed,
+            **cell_factors(cell),
+        }
+        res = out.result
+        if res is None:
+            row.update(error=out.error, traceback=out.traceback)
+        else:
+            headline = "qwk" if out.ordinal else "auc"
+            row.update(
                 {
-                    "label": cell["label"],
-                    "model": cell["model"],
-                    "preset": cell.get("preset", "tiny"),
-                    "seed": seed,
-                    **cell_factors(cell),
                     **{f"test_{k}": v for k, v in res.test.items() if k != "n"},
                     f"valid_{headline}": res.valid.get(headline, math.nan),
                     "best_epoch": res.best_epoch,
@@ -123,8 +181,7 @@ def run_grid(
             )
             if callback is not None:
                 callback(cell, seed, res)
-            bar.update()
-    bar.close()
+        rows[out.index] = row
     return pd.DataFrame(rows)
 
 
@@ -192,60 +249,27 @@ def _cell(label, model, preset, overrides, factors) -> dict:
     }
 
 
-# SimAKT presets are written for thousands of students (100+ clusters, 200-entry banks); these
-# keys of `simakt_similarity` go to the right section of a Step 1 or Step 2 mapping.
-_STEP1_SECTION = {
-    "n_clusters": "cluster_config",
-    "temperature": "cluster_config",
-    "memory_size": "knn_config",
-    "k_neighbors": "knn_config",
-    "future_weight": "temporal_config",
-    "decay_factor": "temporal_config",
-    "kmeans_n_init": "memory",
-    "folds": "memory",
-}
-_STEP2_TYPE = {"n_clusters": "cluster", "memory_size": "knn", "k_neighbors": "knn"}
+# SimAKT presets are written for thousands of students (100+ clusters, 200-entry banks); the
+# grids shrink them with `SimilarityConfig.with_settings`, the schema's one list of settings.
+
+
+def _simakt(preset: str, **changes):
+    """The parsed SimilarityConfig of `preset` with settings changed (no all-off warning)."""
+    from .heads.simakt_config import load_simakt_config
+
+    return load_simakt_config(preset, warn=False).with_settings(**changes)
 
 
 def simakt_similarity(preset: str, **changes) -> dict:
-    """A shipped SimAKT preset as a mapping with some settings changed (None: left as is).
+    """A SimAKT similarity config (shipped preset, file, 'file:name' or mapping) with some
+    settings changed (None: left as is), as a plain mapping for a cell's overrides.
 
-    Keys: n_clusters, temperature (cluster head), memory_size, k_neighbors (KNN head),
-    future_weight, decay_factor (position weighting), kmeans_n_init, folds (banks),
-    cluster_weight, knn_weight (influence weights).
+    Settings (see `SimilarityConfig.with_settings`): head parameters such as n_clusters,
+    memory_size, k_neighbors, temperature (on every head that has them), future_weight,
+    decay_factor (heads with a temporal strategy), bank settings such as kmeans_n_init, folds,
+    min_length, and <type>_weight influence weights (cluster_weight, knn_weight, ...).
     """
-    from .models.simakt import PRESET_DIR, list_simakt_presets
-
-    if preset not in list_simakt_presets():
-        raise ValueError(f"unknown SimAKT preset {preset!r}; presets: {list_simakt_presets()}")
-    data = read_mapping(PRESET_DIR / f"{preset}.yaml")
-    changes = {k: v for k, v in changes.items() if v is not None}
-    weights = {k: changes.pop(f"{k}_weight", None) for k in ("cluster", "knn")}
-    unknown = sorted(set(changes) - set(_STEP1_SECTION))
-    if unknown:
-        raise ValueError(f"unknown SimAKT setting(s) {unknown}; valid: {sorted(_STEP1_SECTION)}")
-    if isinstance(data.get("inter_heads"), list):  # Step 2: per-head mappings
-        for head in data["inter_heads"]:
-            for key, value in changes.items():
-                section = _STEP1_SECTION[key]
-                if section == "memory":
-                    data.setdefault("memory", {})[key] = value
-                elif section == "temporal_config":
-                    if head.get("temporal_config"):  # content heads stay content heads
-                        head["temporal_config"][key] = value
-                elif _STEP2_TYPE.get(key, "cluster") == head["type"]:
-                    head[key] = value
-            if weights.get(head["type"]) is not None:
-                head["influence_weight"] = weights[head["type"]]
-        return data
-    if data.get("approach", "none") == "none":
-        return data
-    for key, value in changes.items():
-        data.setdefault(_STEP1_SECTION[key], {})[key] = value
-    for kind, w in weights.items():
-        if w is not None:
-            data.setdefault(f"{kind}_config", {})["influence_weight"] = w
-    return data
+    return _simakt(preset, **changes).to_mapping()
 
 
 def _bank_sizes(n_clusters: int, memory_size: int, k_neighbors: int, kmeans_n_init: int) -> dict:
@@ -258,11 +282,9 @@ def _bank_sizes(n_clusters: int, memory_size: int, k_neighbors: int, kmeans_n_in
     )
 
 
-def _influence(data: dict) -> dict:
-    return {
-        "cluster_weight": data.get("cluster_config", {}).get("influence_weight", 1.0),
-        "knn_weight": data.get("knn_config", {}).get("influence_weight", 1.0),
-    }
+def _influence(sim) -> dict:
+    """Factor columns: the cluster and KNN heads' influence weights (0.0: no such head)."""
+    return {"cluster_weight": sim.influence("cluster"), "knn_weight": sim.influence("knn")}
 
 
 @GRIDS.register("simakt_heads")
@@ -283,9 +305,10 @@ def simakt_heads(
         ("knn_only", "knn_only"),
         ("dual", "position_weighted_dual"),
     ):
-        sim = simakt_similarity(name, **sizes)
+        sim = _simakt(name, **sizes)
         factors = {"heads": label, **_influence(sim)}
-        cells.append(_cell(label, "simakt", preset, {"similarity": sim, **overrides}, factors))
+        overrides_ = {"similarity": sim.to_mapping(), **overrides}
+        cells.append(_cell(label, "simakt", preset, overrides_, factors))
     return Grid(
         "simakt_heads",
         cells,
@@ -339,13 +362,13 @@ def simakt_influence(
     sizes = _bank_sizes(n_clusters, memory_size, k_neighbors, kmeans_n_init)
     cells = []
     for name in presets:
-        sim = simakt_similarity(name, **sizes)
+        sim = _simakt(name, **sizes)
         cells.append(
             _cell(
                 name,
                 "simakt",
                 preset,
-                {"similarity": sim, **overrides},
+                {"similarity": sim.to_mapping(), **overrides},
                 {"influence_preset": name, **_influence(sim)},
             )
         )

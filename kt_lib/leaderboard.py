@@ -2,8 +2,10 @@
 notebook run) as one table, mean ± std per dataset and model, beside the published figures.
 
     python -m kt_lib.leaderboard runs/assist2009.json runs/statics2011.json [--metrics ...]
+        [--pairs simakt:dtransformer idkt:akt]
 
-prints a markdown table for the README. A results file is {"args", "protocol", "results": [row]}
+prints a markdown table for the README (with `--pairs`, paired comparisons per dataset below it:
+kt_lib/stats.py). A results file is {"args", "protocol", "results": [row]}
 with one row per (model, seed) run (kt_lib/experiment.py); files of several folds or datasets
 are concatenated, and runs of one (dataset, model) pool over seeds and folds.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import hashlib
 import json
 import math
@@ -25,7 +28,7 @@ from .published import published_wide
 
 METRICS = ("test_auc", "test_acc", "test_rmse")
 FOLD_BASE = {"line3": 1, "line4": 1, "pykt": 0}  # formats whose files carry folds: first id
-NESTED = ("valid", "history")  # per-run fields that are not table columns
+NESTED = ("valid", "history", "protocols")  # per-run fields that are not table columns
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARK = ROOT / "benchmarks" / "results" / "models.json"
 
@@ -164,101 +167,110 @@ def run_leaderboard(
     overrides: dict[str, dict] | None = None,
     progress: bool = True,
     results_file: str | Path | None = None,
+    workers: int = 1,
+    executor: str = "process",
+    gpus_per_run: float | None = None,
+    ray_address: str | None = None,
+    on_error: str = "record",
+    histories: Iterable[str] = ("window",),
 ) -> pd.DataFrame:
     """Train `models` on each (data_dir, data_format) following `fold_plan`; rows as in
-    `load_results` (the simulator takes `simulator` keyword arguments, `overrides` maps a model
-    name to config fields for it).
+    `load_results`, in plan order (the simulator takes `simulator` keyword arguments,
+    `overrides` maps a model name to config fields for it). Each row records the run's
+    `wall_seconds`, `device_name` (GPU or CPU model) and the workbook's git `commit`.
 
-    With `results_file` the run is resumable: each finished run is appended to that JSON file
-    (atomic rewrite, `load_results` reads it), and runs already in it with the same `run_key`
-    are not trained again. A long profile can so be filled piece by piece (several sessions,
-    or some models on a GPU machine) and read back with `python -m kt_lib.leaderboard FILE`.
+    With `results_file` the run is resumable: each finished run is merged into that JSON file
+    (file lock, atomic rewrite; `load_results` reads it), and runs already in it with the same
+    `run_key` are not trained again (failed ones are). A long profile can so be filled piece by
+    piece (several sessions, or some models on a GPU machine) and read back with
+    `python -m kt_lib.leaderboard FILE`. Test sets are scored under both row rules and each of
+    `histories` (`kt_lib.train.evaluate_protocols`; add "sliding" for the papers' protocol).
+
+    `workers` runs train at a time (see `kt_lib.runner.execute`): worker processes by default,
+    each loading its data once, or Ray tasks with executor="ray" (`gpus_per_run`, default
+    1/workers on CUDA; `ray_address` for a cluster). workers=1 trains in this process. A failed
+    run gives a row with its `error` and `traceback` (on_error="raise": stop at the first).
     """
-    from dataclasses import asdict
-
-    from tqdm.auto import tqdm
-
-    from .data import load_bundle
-    from .experiment import run_experiment
+    from . import runner
 
     models = list(models)
     seeds = list(seeds)
     plan = [(d, f, fold, seed) for d, f in datasets for fold, seed in fold_plan(f, folds, seeds, d)]
     path = Path(results_file) if results_file is not None else None
-    done = {r.get("run_key"): r for r in (_read_runs(path) if path else []) if r.get("run_key")}
-    train_settings = {
-        k: v
-        for k, v in asdict(train_config).items()
-        if k
-        not in (
-            "device",
-            "checkpoint",
-            "resume",
-            "progress",
-            "verbose",
-            "eval_batch_size",
-            "keep_freed_memory",
-        )
+    done = {
+        r["run_key"]: r
+        for r in (_read_runs(path) if path else [])
+        if r.get("run_key") and not r.get("error")
     }
-    rows = []
-    bar = tqdm(total=len(plan) * len(models), desc="leaderboard", disable=not progress)
+    histories = list(dict.fromkeys(["window", *histories]))
+    settings = runner.train_settings(train_config)
+    if histories != ["window"]:  # keys of earlier files (window only) stay valid
+        settings = {**settings, "histories": histories}
+    train = runner.train_dict(train_config)
+    rows: list[dict | None] = []  # plan order; None until the run comes back
+    tasks, heads = [], {}
     for data_dir, data_format, fold, seed in plan:
         kw = (simulator or {}) if data_format == "synthetic" else {}
         dataset = dataset_name(data_dir, data_format)
-        keys = {
-            name: run_key(
+        for name in models:
+            model_overrides = (overrides or {}).get(name, {})
+            key = run_key(
                 dataset,
                 name,
                 fold,
                 seed,
                 preset,
                 {
-                    "train": train_settings,
-                    "model": (overrides or {}).get(name, {}),
+                    "train": settings,
+                    "model": model_overrides,
                     "data": {"format": data_format, **kw},
                 },
             )
-            for name in models
-        }
-        if all(k in done for k in keys.values()):
-            rows += [done[keys[name]] for name in models]
-            bar.update(len(models))
-            continue
-        bundle = load_bundle(data_dir, data_format, fold=fold, seed=seed, **kw)
-        for name in models:
-            if keys[name] in done:
-                rows.append(done[keys[name]])
-                bar.update()
+            if key in done:
+                rows.append(done[key])
                 continue
-            bar.set_postfix_str(f"{bundle.name} {name} fold {fold} seed {seed}")
-            res = run_experiment(
-                name,
-                bundle.train,
-                bundle.valid,
-                bundle.test,
-                preset=preset,
-                train_config=train_config,
-                seed=seed,
-                **(overrides or {}).get(name, {}),
+            index = len(rows)
+            rows.append(None)
+            heads[index] = (
+                {"dataset": dataset, "model": name, "fold": fold, "seed": seed},
+                {"data_format": data_format, "preset": preset, "run_key": key},
             )
-            rows.append(
+            tasks.append(
                 {
-                    "dataset": dataset_name(data_dir, data_format),
+                    "index": index,
                     "model": name,
-                    "fold": fold,
-                    "seed": seed,
-                    **res.row(),
-                    "data_format": data_format,
                     "preset": preset,
-                    "protocol": bundle.protocol,
-                    "run_key": keys[name],
+                    "seed": seed,
+                    "label": None,
+                    "config": None,
+                    "overrides": copy.deepcopy(model_overrides),
+                    "train": train,
+                    "histories": histories,
+                    "data": runner.data_spec(data_dir, data_format, fold, seed, **kw),
                 }
             )
-            if path is not None:
-                done[keys[name]] = rows[-1]
-                add_runs(path, [rows[-1]])
-            bar.update()
-    bar.close()
+    commit = runner.git_commit() if tasks else None
+    outcomes = runner.execute(
+        tasks,
+        workers=workers,
+        executor=executor,
+        gpus_per_run=gpus_per_run,
+        ray_address=ray_address,
+        progress=progress,
+        desc="leaderboard",
+        skipped=len(rows) - len(tasks),
+        on_error=on_error,
+    )
+    for out in outcomes:
+        head, tail = heads[out.index]
+        row = {**head, **out.row, "data_format": tail["data_format"], "preset": preset}
+        row.update(protocol=out.protocol, run_key=tail["run_key"])
+        if not out.ok:
+            row.update(error=out.error, traceback=out.traceback)
+        row.update(wall_seconds=out.wall_seconds, device_name=out.device_name, commit=commit)
+        rows[out.index] = row
+        if path is not None:
+            add_runs(path, [row])
     return pd.DataFrame(rows)
 
 
@@ -268,9 +280,12 @@ def leaderboard(
     digits: int = 4,
     published: bool = True,
 ) -> pd.DataFrame:
-    """'mean ± std' per (dataset, model) over seeds and folds, runs, mean training seconds and,
-    with `published`, the published AUCs of the same dataset and model."""
+    """'mean ± std' per (dataset, model) over seeds and folds, runs (and failed runs), mean
+    training and wall seconds, the devices and commits the runs record and, with `published`,
+    the published AUCs of the same dataset and model."""
     metrics = [m for m in metrics if m in table]
+    # the same metrics under the other evaluation protocols, side by side (test_auc@per_row/...)
+    metrics += [c for c in table.columns if "@" in c and c.split("@")[0] in metrics]
     g = table.groupby(["dataset", "model"], sort=False)
     mean, std = g[metrics].mean(), g[metrics].std()  # std NaN for a single run: no "± 0"
     board = pd.DataFrame(index=mean.index)
@@ -283,9 +298,17 @@ def leaderboard(
             else f"{a:.{digits}f} ± {s:.{digits}f}"
             for a, s in zip(mean[m], std[m], strict=True)
         ]
-    board["runs"] = g.size()
+    failed = table["error"].notna() if "error" in table else pd.Series(False, index=table.index)
+    board["runs"] = (~failed).groupby([table["dataset"], table["model"]], sort=False).sum()
+    if failed.any():
+        board["failed"] = failed.groupby([table["dataset"], table["model"]], sort=False).sum()
     if "train_seconds" in table:
         board["train s"] = g["train_seconds"].mean().round(1)
+    if "wall_seconds" in table and table["wall_seconds"].notna().any():
+        board["wall s"] = g["wall_seconds"].mean().round(1)
+    for col, name in (("device_name", "device"), ("commit", "commit")):
+        if col in table and table[col].notna().any():
+            board[name] = g[col].agg(lambda s: ", ".join(sorted({str(v) for v in s.dropna()})))
     if published:
         pub = published_wide()
         for col in pub.columns:
@@ -315,7 +338,7 @@ def published_comparison(table: pd.DataFrame, digits: int = 4) -> pd.DataFrame:
     pub = published_frame()
     rows = []
     for (dataset, model), runs in table.groupby(["dataset", "model"], sort=False):
-        ours = runs["test_auc"]
+        ours = runs["test_auc"].dropna()  # failed runs have none
         protocol = run_protocol(runs)
         for _, p in pub[(pub.dataset == dataset) & (pub.model == model)].iterrows():
             rows.append(
@@ -382,6 +405,15 @@ def main(argv: list[str] | None = None) -> None:
         help="first merge the files' leaderboard runs into OUT by run_key (e.g. runs filled in "
         "separate files, into the full profile's resume file), then print OUT's table",
     )
+    p.add_argument(
+        "--pairs",
+        nargs="+",
+        default=[],
+        metavar="A:B",
+        help="paired comparisons per dataset (runs matched on fold and seed), e.g. "
+        "simakt:dtransformer idkt:akt",
+    )
+    p.add_argument("--pair-metric", default="test_auc", help="metric of --pairs")
     a = p.parse_args(argv)
     if a.merge_into:
         rows = [r for f in a.files if Path(f) != Path(a.merge_into) for r in _read_runs(Path(f))]
@@ -396,6 +428,15 @@ def main(argv: list[str] | None = None) -> None:
     print()
     for _, row in protocols(table).iterrows():
         print(f"- {row['dataset']} ({row.get('preset', '')}): {row['protocol']}")
+    if a.pairs:
+        from .stats import compare_pairs, pairs_markdown
+
+        try:
+            pairs = compare_pairs(table, a.pairs, a.pair_metric, per="dataset")
+        except (KeyError, ValueError) as exc:
+            raise SystemExit(f"--pairs: {exc}") from exc
+        print()
+        print(pairs_markdown(pairs, a.digits))
 
 
 if __name__ == "__main__":
