@@ -1,8 +1,11 @@
-"""DTransformer and SimAKT: equivalence, causality with banks, self-exclusion, presets, banks."""
+"""DTransformer and SimAKT: equivalence, causality with banks, self-exclusion, presets, the typed
+configuration (seed 000's examples, Step 1 approaches, settings), strategies, banks, the CLI."""
 
 from __future__ import annotations
 
+import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,7 +16,12 @@ from kt_lib.audit import audit_causality, perturb_future, random_batch
 from kt_lib.checkpoint import load_model, save_model
 from kt_lib.data.dataset import KTDataset, StudentSeq, Window, collate
 from kt_lib.data.synthetic import simulate
-from kt_lib.heads.similarity import BaseSimilarityHead, parse_head_spec
+from kt_lib.heads.simakt_config import (
+    MemoryConfig,
+    load_simakt_configs,
+    parse_head,
+)
+from kt_lib.heads.similarity import BaseSimilarityHead
 from kt_lib.memory import (
     Bank,
     ClusterBank,
@@ -25,11 +33,19 @@ from kt_lib.memory import (
     position_weighted_similarity,
     position_weights,
 )
+from kt_lib.memory.banks import random_sample
+from kt_lib.memory.similarity import (
+    TEMPORAL_STRATEGIES,
+    build_strategy,
+    prefix_aligned_similarity,
+)
 from kt_lib.models import build_model
 from kt_lib.models.simakt import bank_rebuilder, list_simakt_presets, load_simakt_config
 from kt_lib.train import fit
 
 NUM_C, NUM_PID, L = 8, 24, 16
+DATA = Path(__file__).parent / "data"
+SEED_EXAMPLES = sorted((DATA / "seed000").glob("*.json"))
 SIZES = dict(d=32, n_heads=8, n_know=4, d_fc=32, max_len=L)
 PRESETS = [
     "none",
@@ -288,33 +304,6 @@ def test_shipped_presets():
     assert full.heads[1].params.memory_size == 300 and full.heads[0].decay_factor == 0.98
 
 
-@pytest.mark.parametrize("name", PRESETS)
-def test_every_preset_builds_prepares_and_runs(name):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        sim = load_simakt_config(name)
-        need = max(
-            [1]
-            + [
-                getattr(h.params, a, 1)
-                for h in sim.heads
-                for a in ("n_clusters", "memory_size", "set_size")
-            ]
-        )
-        train = simulate(2 * need + 4, 8, num_c=NUM_C, problems_per_c=3, seed=1).data
-        torch.manual_seed(0)
-        model = build_model("simakt", preset=name, dataset=train, **{**SIZES, "max_len": 8})
-    assert model.config.similarity == name
-    model.prepare(train)
-    batch = batch_of(train, range(4), pad_to=8)
-    model.train()
-    out = model(batch)
-    assert out.logits.shape == (4, 8) and torch.isfinite(out.logits).all()
-    model.loss(out, batch)["total"].backward()
-    model.eval()
-    assert audit_causality(model, batch, steps=[0, 3, 7])
-
-
 def test_head_count_mismatch_and_intra():
     with pytest.raises(
         ValueError,
@@ -336,7 +325,7 @@ def test_head_count_mismatch_and_intra():
         (
             {"type": "clusterz"},
             "unknown inter-student head type 'clusterz'; valid types: attention, "
-            "cluster, custom, graph, knn",
+            "cluster, custom, graph, hybrid, knn",
         ),
         ({"type": "cluster", "influence_weight": -0.5}, "influence_weight must be >= 0"),
         (
@@ -350,8 +339,39 @@ def test_head_count_mismatch_and_intra():
         ),
         ({"type": "cluster", "n_cluster": 3}, r"unknown field\(s\) \['n_cluster'\]"),
         (
-            {"type": "graph", "temporal_config": {"future_weight": 0.2}},
+            {"type": "graph", "temporal_config": {"strategy": "multiscale"}},
+            "head type 'graph' does not support the multiscale strategy",
+        ),
+        (
+            {
+                "type": "custom",
+                "module_path": "kt_lib.heads.similarity.DeepSetSimilarity",
+                "temporal_config": {"future_weight": 0.2},
+            },
             "does not support the position_weighted strategy",
+        ),
+        (
+            {"type": "attention", "temporal_config": {"future_weight": 0.2}},
+            "future_weight must be 0 for an attention head",
+        ),
+        (
+            {"type": "knn", "temporal_config": {"strategy": "completion"}},
+            "completion weighs the predicted future by future_weight: it must be > 0",
+        ),
+        (
+            {"type": "knn", "temporal_config": {"strategy": "multiscale", "window_sizes": []}},
+            "window_sizes must be a non-empty list",
+        ),
+        ({"type": "knn", "sampling": "lottery"}, "sampling must be one of farthest_first, random"),
+        ({"type": "cluster", "similarity_metric": "manhattan"}, "similarity_metric must be one of"),
+        ({"type": "hybrid"}, "a hybrid head needs 'modules'"),
+        (
+            {"type": "hybrid", "modules": [{"type": "knn", "influence_weight": 2.0}]},
+            "influence_weight belongs to the hybrid head",
+        ),
+        (
+            {"type": "hybrid", "modules": [{"type": "cluster"}], "weights": [1.0, 2.0]},
+            r"weights must be 1 numbers",
         ),
         ({"type": "knn", "temporal_config": {"strategy": "magic"}}, "unknown similarity strategy"),
         ({"type": "custom"}, "a custom head needs module_path"),
@@ -452,7 +472,7 @@ def test_custom_heads_by_module_path():
     out = model(random_batch(NUM_C, B=2, L=L, num_pid=NUM_PID))
     assert torch.isfinite(out.logits).all()
     with pytest.raises(ValueError, match=r"unknown field\(s\) \['set_size'\] for a custom head"):
-        parse_head_spec(
+        parse_head(
             {
                 "type": "custom",
                 "set_size": 3,
@@ -659,3 +679,579 @@ def test_cluster_agreement_scores():
     scores = cluster_agreement([0, 0, 1, 1, 2, 2], [0, 0, 0, 1, 1, 1])
     assert scores["purity"] == pytest.approx(5 / 6) and scores["clusters"] == 3
     assert cluster_agreement([1, 1, 0, 0], [0, 0, 1, 1])["adjusted_rand"] == pytest.approx(1.0)
+
+
+# -- the typed configuration: presets unchanged, parsed once, seed examples ---------------------
+
+REFERENCE = json.loads((DATA / "simakt_preset_reference.json").read_text())
+REF_INLINE = {  # the '@' cases of the reference file
+    "@tiny": None,  # TINY_SIMILARITY, filled in below
+    "@dual_content": dual(strategy="content"),
+    "@dual_block2": dual(0.5, encoder="block2"),
+}
+
+
+@pytest.mark.parametrize("name", [k for k in REFERENCE if not k.startswith("_")])
+def test_presets_build_the_models_they_built_before(name):
+    """State dict keys/shapes and outputs (eval, and train mode for a fixed seed) as recorded
+    from the code before the typed configuration; then backward and the causality audit."""
+    from kt_lib.models.simakt import TINY_SIMILARITY
+
+    ref = REFERENCE[name]
+    train = simulate(ref["students"], 8, num_c=NUM_C, problems_per_c=3, seed=1).data
+    spec = {"preset": name}
+    if name.startswith("@"):
+        spec = {"similarity": REF_INLINE[name] or TINY_SIMILARITY}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        torch.manual_seed(0)
+        model = build_model("simakt", dataset=train, **spec, **{**SIZES, "max_len": 8})
+    model.prepare(train)
+    assert [[k, list(v.shape)] for k, v in model.state_dict().items()] == ref["state_dict"]
+    batch = batch_of(train, range(4), pad_to=8)
+    model.eval()
+    with torch.no_grad():
+        assert torch.allclose(model(batch).logits, torch.tensor(ref["eval_logits"]), atol=1e-5)
+    model.train()
+    torch.manual_seed(7)
+    out = model(batch)
+    assert torch.allclose(out.logits.detach(), torch.tensor(ref["train_logits"]), atol=1e-5)
+    model.loss(out, batch)["total"].backward()
+    model.eval()
+    assert audit_causality(model, batch, steps=[0, 3, 7])
+
+
+def test_similarity_is_parsed_once(monkeypatch):
+    import kt_lib.heads.simakt_config as sc
+
+    calls = []
+    original = sc.parse_similarity
+    monkeypatch.setattr(
+        sc, "parse_similarity", lambda *a, **k: calls.append(1) or original(*a, **k)
+    )
+    build_model("simakt", num_c=NUM_C, similarity="position_weighted_dual", **SIZES)
+    assert len(calls) == 1
+
+
+def test_config_object_in_the_model_config_round_trips(tmp_path):
+    sim = load_simakt_config("dual_modular").with_settings(
+        n_clusters=4, memory_size=8, k_neighbors=3
+    )
+    model = simakt(sim, students())
+    assert model.similarity is not None and isinstance(model.config.similarity, dict)
+    assert load_simakt_config(model.config.similarity).to_mapping() == sim.to_mapping()
+    save_model(tmp_path / "m", model)  # the config is plain JSON
+    loaded, _, _ = load_model(tmp_path / "m")
+    batch = batch_of(students(), range(3))
+    with torch.no_grad():
+        assert torch.equal(loaded.eval()(batch).logits, model(batch).logits)
+
+
+@pytest.mark.parametrize("path", SEED_EXAMPLES, ids=lambda p: p.stem)
+def test_seed_examples_load_as_written(path):
+    """Every configuration block of seed 000 loads, builds an 8-head model, round-trips through
+    its mapping, and (banks shrunk) prepares, runs and passes the causality audit."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        configs = load_simakt_configs(path)
+    train = students(n=40)
+    for name, sim in configs.items():
+        assert load_simakt_config(sim.to_mapping(), warn=False).to_mapping() == sim.to_mapping()
+        custom = any(h.type == "custom" for h in sim.heads)  # set_size: DeepSet's field
+        small = sim.with_settings(
+            n_clusters=3,
+            memory_size=6,
+            k_neighbors=2,
+            kmeans_n_init=1,
+            set_size=4 if custom else None,
+        )
+        model = simakt(small, train)
+        assert model.n_intra + len(sim.heads) == 8, name
+        batch = batch_of(train, range(3))
+        assert torch.isfinite(model(batch).logits).all(), name
+        assert audit_causality(model, batch, steps=[2, 9], trials=1), name
+
+
+def test_seed_examples_match_the_shipped_presets():
+    """The seed's multi-preset files parse to exactly the shipped presets of the same name."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for file in ("similarity_approaches.json", "step_2_configurations.json"):
+            for name, sim in load_simakt_configs(DATA / "seed000" / file).items():
+                if name in list_simakt_presets():
+                    mine = load_simakt_config(name).to_mapping()
+                    theirs = sim.to_mapping()
+                    mine.pop("description"), theirs.pop("description")
+                    assert mine == theirs, name
+
+
+def test_seed_layouts_and_collections():
+    seed = DATA / "seed000"
+    step2 = load_simakt_config(seed / "step_2_modular_config.json")
+    assert [(h.name, h.temporal.strategy, h.temporal.future_weight) for h in step2.heads] == [
+        ("cluster", "position_weighted", 0.3),
+        ("knn", "position_weighted", 0.3),
+        ("graph", "position_weighted", 0.2),  # temporal_config on a graph head
+        ("custom", "content", 0.0),
+    ]
+    assert step2.heads[3].module_path == "kt_lib.heads.similarity.DeepSetSimilarity"
+    dual_cfg = load_simakt_config(seed / "dual_similarity_config.json")
+    assert dual_cfg.heads[1].params.temperature == 0.1  # initial_temperature
+    assert dual_cfg.memory.update_frequency == 10
+    strict = load_simakt_config(f"{seed / 'similarity_approaches.json'}:strict_causal")
+    assert strict.heads[0].temporal.future_weight == 0.0
+    assert strict.source.endswith("similarity_approaches.strict_causal")
+    with pytest.raises(ValueError, match="holds several similarity configs"):
+        load_simakt_config(seed / "similarity_approaches.json")
+    with pytest.raises(ValueError, match="no similarity config named 'nope'; it holds none, "):
+        load_simakt_config(seed / "similarity_approaches.json", name="nope")
+    model = build_model(
+        "simakt", num_c=NUM_C, similarity=f"{seed / 'influence_example3_ablation.json'}:knn_only"
+    )
+    assert model.inter.weights == [0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    "approach, n, types",
+    [
+        ("cluster", None, ["cluster"]),
+        ("cluster", 3, ["cluster", "cluster", "cluster"]),
+        ("knn", 2, ["knn", "knn"]),
+        ("hybrid", 1, ["hybrid"]),
+        ("hybrid", 2, ["hybrid", "hybrid"]),
+        ("position_weighted_dual", 2, ["cluster", "knn"]),
+        ("none", 0, []),
+        ("cluster", 0, []),
+    ],
+)
+def test_step1_approaches_and_inter_heads(approach, n, types):
+    raw = {"approach": approach, "temporal_config": {"future_weight": 0.2}}
+    if approach != "none":
+        raw.update(
+            cluster_config={"n_clusters": 3}, knn_config={"memory_size": 6, "k_neighbors": 2}
+        )
+    if approach in ("cluster", "knn"):
+        raw.pop("knn_config" if approach == "cluster" else "cluster_config")
+    if n is not None:
+        raw["inter_heads"] = n
+    sim = load_simakt_config(raw)
+    assert [h.type for h in sim.heads] == types
+    assert sim.n_intra(8) == 8 - len(types)
+    if approach == "hybrid":
+        parts = sim.heads[-1].params.modules
+        assert [p.name for p in parts] == [
+            f"{sim.heads[-1].name}.cluster",
+            f"{sim.heads[-1].name}.knn",
+        ]
+        assert all(p.temporal.future_weight == 0.2 for p in parts)  # inherited
+    if not types:  # inter_heads 0: DTransformer's parameters exactly
+        torch.manual_seed(0)
+        dt = build_model("dtransformer", num_c=NUM_C, **SIZES)
+        torch.manual_seed(0)
+        model = build_model("simakt", num_c=NUM_C, similarity=raw, **SIZES)
+        assert all(
+            torch.equal(a, b)
+            for a, b in zip(dt.state_dict().values(), model.state_dict().values(), strict=True)
+        )
+    else:
+        model = simakt(raw, students())
+        assert torch.isfinite(model(batch_of(students(), range(2))).logits).all()
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"approach": "cluster", "inter_heads": 4}, "inter_heads must be in 0-3, got 4"),
+        ({"approach": "knn", "inter_heads": "two"}, "inter_heads must be an integer 0-3"),
+        ({"approach": "none", "inter_heads": 1}, "approach none builds no inter head"),
+        ({"approach": "cluster", "knn_config": {}}, r"does not use \['knn_config'\]"),
+        (
+            {"approach": "hybrid", "cluster_config": {"influence_weight": 2}},
+            "influence_weight belongs to the hybrid head",
+        ),
+        ({"large_dataset": {"cluster_config": {"n_clusters": 3}}}, "may set influence_weight only"),
+        ({"lr_scaling": "sqrt"}, "lr_scaling must be one of none, inverse_influence"),
+        (
+            {
+                "intra_heads": 7,
+                "inter_heads": [{"type": "knn"}],
+                "influence_rule": {"large": {"x": 1}},
+            },
+            r"influence rule \(large\): 'x' names no head",
+        ),
+    ],
+)
+def test_step1_and_rule_errors(raw, message):
+    with pytest.raises(ValueError, match=message):
+        load_simakt_config(raw)
+
+
+def test_with_settings_changes_typed_fields_once():
+    sim = load_simakt_config("multi_similarity")
+    small = sim.with_settings(n_clusters=3, set_size=5, graph_weight=0.5, kmeans_n_init=2)
+    assert small.heads[0].params.n_clusters == 3 and small.heads[3].params.set_size == 5
+    assert small.heads[1].influence_weight == 0.5 and small.memory.kmeans_n_init == 2
+    assert sim.heads[0].params.n_clusters == 80  # the original is untouched
+    pw = load_simakt_config("dual_modular").with_settings(future_weight=1.0, decay_factor=0.5)
+    assert all(h.temporal.future_weight == 1.0 and h.decay_factor == 0.5 for h in pw.heads)
+    content = load_simakt_config("multi_similarity").with_settings(future_weight=1.0)
+    assert all(h.temporal.strategy == "content" for h in content.heads)  # stay content heads
+    with pytest.raises(ValueError, match=r"k_neighbors=400 is larger than the bank"):
+        load_simakt_config("dual_modular").with_settings(k_neighbors=400)
+    with pytest.raises(ValueError, match=r"future_weight must be in \[0, 1\]"):
+        load_simakt_config("dual_modular").with_settings(future_weight=2.0)
+    with pytest.raises(ValueError, match=r"unknown SimAKT setting\(s\) \['clusters'\]"):
+        load_simakt_config("dual_modular").with_settings(clusters=3)
+    assert MemoryConfig().kmeans_n_init == 10 and MemoryConfig().min_length == 5  # the seed's
+
+
+# -- new heads, metrics, sampling and strategies: causal and self-excluding --------------------
+
+
+def one_head(head: dict, intra: int = 7, **memory) -> dict:
+    return {"intra_heads": intra, "memory": {"kmeans_n_init": 1, **memory}, "inter_heads": [head]}
+
+
+CLUSTER = {"type": "cluster", "n_clusters": 4}
+KNN = {"type": "knn", "memory_size": 8, "k_neighbors": 3}
+NEW = {
+    "hybrid": {
+        "intra_heads": 7,
+        "memory": {"kmeans_n_init": 1},
+        "inter_heads": [
+            {
+                "type": "hybrid",
+                "modules": [CLUSTER, KNN],
+                "weights": [0.5, -0.5],
+                "temporal_config": {"future_weight": 0.4},
+            }
+        ],
+    },
+    "knn_random": one_head({**KNN, "sampling": "random", "temporal_config": {"future_weight": 1}}),
+    "learned_metrics": {
+        "intra_heads": 6,
+        "memory": {"kmeans_n_init": 1},
+        "inter_heads": [
+            {**CLUSTER, "similarity_metric": "learned"},
+            {**KNN, "distance_metric": "learned"},
+        ],
+    },
+    "euclidean_dot": {
+        "intra_heads": 6,
+        "memory": {"kmeans_n_init": 1},
+        "inter_heads": [
+            {**CLUSTER, "similarity_metric": "euclidean"},
+            {**KNN, "distance_metric": "dot"},
+        ],
+    },
+    "prefix_aligned": {
+        "intra_heads": 6,
+        "memory": {"kmeans_n_init": 1},
+        "inter_heads": [
+            {**c, "temporal_config": {"strategy": "prefix_aligned"}} for c in (CLUSTER, KNN)
+        ],
+    },
+    "multiscale": {
+        "intra_heads": 6,
+        "memory": {"kmeans_n_init": 1, "encoder": "block2"},
+        "inter_heads": [
+            {**c, "temporal_config": {"strategy": "multiscale", "window_sizes": [2, 5]}}
+            for c in (CLUSTER, KNN)
+        ],
+    },
+    "completion": {
+        "intra_heads": 6,
+        "memory": {"kmeans_n_init": 1},
+        "inter_heads": [
+            {**c, "temporal_config": {"strategy": "completion", "future_weight": 0.5}}
+            for c in (CLUSTER, KNN)
+        ],
+    },
+    "graph_attention_position_weighted": {
+        "intra_heads": 6,
+        "memory": {"kmeans_n_init": 1},
+        "inter_heads": [
+            {"type": "graph", "temporal_config": {"decay_factor": 0.8, "future_weight": 0.3}},
+            {"type": "attention", "n_prototypes": 3, "temporal_config": {"decay_factor": 0.7}},
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("name", list(NEW))
+def test_new_heads_and_strategies_are_causal(name, mode):
+    train = students()
+    model = simakt(NEW[name], train)
+    outsiders = random_batch(NUM_C, B=4, L=L, num_pid=NUM_PID, seed=5)
+    outsiders.uid = torch.arange(1000, 1004)
+    for batch in (batch_of(train, range(6)), outsiders):
+        result = audit_causality(model, batch, steps=[0, 4, 9, 15], mode=mode)
+        assert result, str(result)
+
+
+@pytest.mark.parametrize("name", list(NEW))
+def test_new_heads_and_strategies_are_self_excluding(name):
+    train = students()
+    model = simakt(NEW[name], train)
+    rebuild = bank_rebuilder(train)
+    for fold in range(model.folds.n_folds):
+        batch = one_fold_batch(model, train, fold=fold)
+        result = audit_causality(model, batch, steps=[1, 6, 12], trials=1, rebuild=rebuild)
+        assert result, str(result)
+
+
+def test_hybrid_mixes_its_modules_by_learnable_weights():
+    train = students()
+    model = simakt(NEW["hybrid"], train)
+    hybrid = model.inter.heads[0]
+    assert sorted(model.banks()) == ["hybrid.cluster", "hybrid.knn"]
+    assert [k for k, _ in model.inter.bank_slots()] == ["head0_0", "head0_1"]
+    batch = batch_of(train, range(4))
+    captured = []
+    for module in (*hybrid.parts, hybrid):
+        module.register_forward_hook(lambda m, i, o: captured.append(o.detach()))
+    model.train()
+    out = model(batch)
+    w = torch.softmax(hybrid.mix.detach(), 0)
+    assert torch.allclose(w, torch.softmax(torch.tensor([0.5, -0.5]), 0))
+    assert torch.allclose(captured[2], w[0] * captured[0] + w[1] * captured[1], atol=1e-6)
+    model.loss(out, batch)["total"].backward()
+    assert hybrid.mix.grad is not None and hybrid.mix.grad.abs().sum() > 0
+
+
+def test_knn_random_sampling_is_seeded_and_differs_from_farthest_first():
+    enc = encoded()
+    a, b = random_sample(enc.encodings, 6, seed=3), random_sample(enc.encodings, 6, seed=3)
+    assert torch.equal(a, b) and a.unique().numel() == 6
+    rnd = KNNBank.build(enc, 6, seed=1, sampling="random")
+    ff = KNNBank.build(enc, 6, seed=1)
+    assert rnd.uids.tolist() != ff.uids.tolist()
+
+
+def test_learned_metric_starts_as_cosine():
+    model = simakt(NEW["learned_metrics"])
+    metric = model.inter.heads[0].metric
+    q, k = torch.randn(2, 5, 4), torch.randn(2, 3, 4)
+    from kt_lib.heads.similarity import METRICS
+
+    assert sorted(METRICS) == ["cosine", "dot", "euclidean", "learned"]
+    cos = METRICS["cosine"](4)(q, k)
+    assert torch.allclose(type(metric)(4)(q, k), cos, atol=1e-6)
+
+
+def naive_prefix(cur, mem, valid):
+    B, Lc, _ = cur.shape
+    M, S, _ = mem.shape
+    out = torch.zeros(B, Lc, M, dtype=torch.float64)
+    for b in range(B):
+        for t in range(Lc):
+            c = cur[b, : t + 1].mean(0)
+            for m in range(M):
+                steps = [i for i in range(min(t + 1, S)) if valid[m, i]]
+                if steps:
+                    h = mem[m, steps].mean(0)
+                    out[b, t, m] = float(F.cosine_similarity(c, h, dim=0))
+    return out
+
+
+def naive_completion(cur, mem, valid, decay, fw, complete):
+    B, Lc, _ = cur.shape
+    M, S, _ = mem.shape
+    out = torch.zeros(B, Lc, M, dtype=torch.float64)
+    for b in range(B):
+        for t in range(Lc):
+            g = complete(cur[b, t])
+            for m in range(M):
+                num = den = 0.0
+                for i in range(S):
+                    if not valid[m, i]:
+                        continue
+                    if i <= t:
+                        w, s = decay ** (t - i), float(F.cosine_similarity(cur[b, i], mem[m, i], 0))
+                    else:
+                        w, s = (
+                            fw * decay ** (i - t - 1),
+                            float(F.cosine_similarity(g, mem[m, i], 0)),
+                        )
+                    num, den = num + w * s, den + w
+                out[b, t, m] = num / den if den > 0 else 0.0
+    return out
+
+
+@pytest.mark.parametrize("S", [9, 4])
+def test_prefix_and_completion_match_naive_loops(S):
+    g = torch.Generator().manual_seed(S)
+    cur, mem = torch.randn(2, 6, 5, generator=g), torch.randn(3, S, 5, generator=g)
+    valid = torch.rand(3, S, generator=g) > 0.2
+    valid[0] = False
+    fast = prefix_aligned_similarity(cur, mem, valid)
+    assert torch.allclose(fast.double(), naive_prefix(cur, mem, valid), atol=1e-5)
+
+    class Settings:
+        decay_factor, future_weight, window_sizes = 0.9, 0.6, [2]
+
+    torch.manual_seed(0)
+    completion = build_strategy("completion", 5, Settings())
+    with torch.no_grad():
+        fast = completion(cur, mem, valid)
+        slow = naive_completion(cur, mem, valid, 0.9, 0.6, completion.complete)
+    assert torch.allclose(fast.double(), slow, atol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", sorted(TEMPORAL_STRATEGIES))
+def test_every_strategy_ignores_the_current_future(strategy):
+    class Settings:
+        decay_factor, future_weight, window_sizes = 0.9, 0.5, [2, 3]
+
+    torch.manual_seed(0)
+    module = build_strategy(strategy, 6, Settings())
+    g = torch.Generator().manual_seed(1)
+    cur, mem = torch.randn(2, 8, 6, generator=g), torch.randn(3, 8, 6, generator=g)
+    with torch.no_grad():
+        base = module(cur, mem, None)
+        for t in (0, 3, 6):
+            pert = cur.clone()
+            pert[:, t + 1 :] = torch.randn(2, 7 - t, 6, generator=g)
+            assert torch.equal(module(pert, mem, None)[:, : t + 1], base[:, : t + 1]), t
+
+
+def test_graph_position_weighting_mixes_the_past_and_two_step_edges():
+    train = students()
+    model = simakt(NEW["graph_attention_position_weighted"], train)
+    graph = model.inter.heads[0]
+    batch = batch_of(train, range(2))
+    from kt_lib.heads.similarity import HeadContext
+
+    fold = model._folds_for(batch)
+    ctx = HeadContext(None, None, None, batch.q, fold, batch.uid)
+    prior = graph.prior(ctx).exp()  # [B, L, C]
+    b, t = 0, 5
+    P = torch.softmax(graph.log_adj[fold[b]], -1)
+    w = torch.tensor([0.8 ** (t - i) for i in range(t + 1)])
+    past = (w[:, None] * P[batch.q[b, : t + 1]]).sum(0) / w.sum()
+    expected = (past + 0.3 * (P @ P)[batch.q[b, t]]) / 1.3
+    assert torch.allclose(prior[b, t], expected, atol=1e-5)
+    assert torch.allclose(prior.sum(-1), torch.ones(2, L), atol=1e-5)
+
+
+# -- banks: short logs, KMeans restarts, influence rule, learning rates, the CLI ---------------
+
+
+def test_short_logs_stay_out_of_the_banks_and_kmeans_restarts(monkeypatch):
+    import kt_lib.memory.banks as banks
+
+    seen = []
+    real = banks.KMeans
+    monkeypatch.setattr(banks, "KMeans", lambda **kw: seen.append(kw["n_init"]) or real(**kw))
+    train = students()
+    short = [
+        StudentSeq(500 + i, np.zeros(4, int), np.ones(4, int), np.zeros(4, int)) for i in range(6)
+    ]
+    train = KTDataset(train.students + short, num_c=NUM_C, num_pid=NUM_PID, name="t")
+    cfg = {**dual(), "memory": {}}  # defaults: kmeans_n_init 10, min_length 5
+    model = simakt(cfg, train)
+    assert seen and set(seen) == {10}
+    for head in model.inter.heads:
+        for bank in head.banks:
+            assert (bank.uids < 500).all()
+    assert model.folds.fold_of(torch.tensor([500])).item() in (0, 1)  # still assigned a fold
+    model = simakt({**dual(), "memory": {"min_length": 1, "kmeans_n_init": 1}}, train)
+    assert any((b.uids >= 500).any() for h in model.inter.heads for b in h.banks)
+
+
+def test_influence_rule_of_example_4_follows_the_training_set_size(tmp_path):
+    raw = json.loads((DATA / "seed000" / "influence_example4_dataset_size.json").read_text())
+    raw.update(
+        cluster_config={"n_clusters": 4},
+        knn_config={"memory_size": 8, "k_neighbors": 3},
+        memory={"kmeans_n_init": 1},
+    )
+    small = simakt(raw, students(n=60))
+    assert small.inter.weights == [0.6, 1.5]
+    large = simakt({**raw, "large_dataset_min_students": 50}, students(n=60))
+    assert large.inter.weights == [1.8, 0.7]
+    save_model(tmp_path / "m", large)
+    loaded, _, _ = load_model(tmp_path / "m")
+    assert loaded.inter.weights == [1.8, 0.7]
+    step2 = load_simakt_config(
+        {
+            "intra_heads": 6,
+            "inter_heads": [CLUSTER, KNN],
+            "influence_rule": {"large": {"knn": 2.0}, "small": {"cluster": 0.0}},
+        }
+    )
+    assert step2.influence_rule.weights_for(step2.heads, 5) == [0.0, 1.0]
+    assert step2.influence_rule.weights_for(step2.heads, 5000) == [1.0, 2.0]
+
+
+def test_param_groups_scale_learning_rates_inversely_with_influence():
+    cfg = {
+        "intra_heads": 6,
+        "memory": {"kmeans_n_init": 1},
+        "lr_scaling": "inverse_influence",
+        "inter_heads": [
+            {**CLUSTER, "influence_weight": 2.0},
+            {**KNN, "influence_weight": 0.5},
+        ],
+    }
+    model = simakt(cfg, students())
+    groups = model.param_groups(1e-3)
+    assert [(g["name"], g["lr"]) for g in groups] == [
+        ("model", 1e-3),
+        ("cluster", 5e-4),
+        ("knn", 2e-3),
+    ]
+    ids = [id(p) for g in groups for p in g["params"]]
+    assert sorted(ids) == sorted(id(p) for p in model.parameters())  # each parameter once
+    torch.optim.AdamW(groups, lr=1e-3)
+    plain = simakt(dual(), students()).param_groups(1e-3)
+    assert len(plain) == 1 and plain[0]["lr"] == 1e-3
+
+
+def test_bank_cli_builds_banks_the_model_loads_by_dataset_name(tmp_path, capsys):
+    from kt_lib.data import load_bundle
+    from kt_lib.memory.__main__ import main
+
+    settings = ["--set", "n_clusters=4", "--set", "memory_size=8", "--set", "k_neighbors=3"]
+    args = ["build", "--data-format", "synthetic", "--num-students", "60", "--seq-len", "12"]
+    args += ["--out", str(tmp_path), "--preset", "tiny", "--max-len", "16"]
+    path = main([*args, "--similarity", "dual_modular", *settings])
+    assert path.with_suffix(".pt").is_file() and path.with_suffix(".json").is_file()
+    assert "training students" in capsys.readouterr().out
+    train = load_bundle(None, "synthetic", seed=0, num_students=60, seq_len=12).train
+    sim = load_simakt_config("dual_modular").with_settings(
+        n_clusters=4, memory_size=8, k_neighbors=3
+    )
+
+    def model_with(memory_sim):
+        torch.manual_seed(0)
+        m = build_model("simakt", preset="tiny", dataset=train, max_len=16, similarity=memory_sim)
+        m.prepare(train)
+        return m.eval()
+
+    loaded = model_with(sim.with_settings(bank_dir=str(tmp_path)))
+    built = model_with(sim)
+    batch = collate(train, [Window(i, 0, len(train.students[i])) for i in range(4)], 16)
+    with torch.no_grad():
+        assert torch.equal(loaded(batch).logits, built(batch).logits)
+    with pytest.raises(ValueError, match="other training students"):
+        loaded.load_banks(path, train.subset(range(10)))
+    other = build_model(
+        "simakt",
+        preset="tiny",
+        dataset=train,
+        max_len=16,
+        similarity=sim.with_settings(n_clusters=5),
+    )
+    with pytest.raises(ValueError, match="banks were built for similarity"):
+        other.load_banks(path)
+    data = bytearray(path.with_suffix(".pt").read_bytes())
+    data[-20] ^= 0xFF
+    path.with_suffix(".pt").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="SHA-256 differs"):
+        loaded.load_banks(path)
+    with pytest.raises(FileNotFoundError, match="no prebuilt banks"):
+        model_with(sim.with_settings(bank_dir=str(tmp_path / "empty")))
+    with pytest.raises(ValueError, match="bank_dir needs the heuristic encoder"):
+        MemoryConfig(encoder="block2", bank_dir="x").validate()

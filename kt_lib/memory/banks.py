@@ -6,8 +6,8 @@ Banks are built from the complete trajectories of TRAINING students only:
 - `ClusterBank`: scikit-learn KMeans (seeded) over trajectory encodings; stores the centroids (the
   exact mean of each cluster's members), the labels and, for position weighting, the per-cluster
   mean state at every step (mean over the members that have that step).
-- `KNNBank`: `farthest_first` (max-min diversity) selection of M students; stores their encodings
-  and their per-step states.
+- `KNNBank`: M students chosen by a registered sampler (`SAMPLERS`: `farthest_first`, max-min
+  diversity, or `random`, both seeded); stores their encodings and their per-step states.
 - `GraphBank`: a skill graph estimated from consecutive practice in the members' logs.
 
 Self-exclusion, by cross-fitting (`FoldAssignment`). Training students are split into F folds by
@@ -41,6 +41,9 @@ from ..data.dataset import KTDataset
 from ..registry import Registry
 
 BANKS: Registry = Registry("memory bank")
+SAMPLERS: Registry = Registry("bank sampler")  # (encodings [N, D], k, seed) -> indices [k]
+KMEANS_N_INIT = 10  # KMeans restarts: the seed's KMeans(n_init=10)
+DEFAULT_SAMPLER = "farthest_first"  # the seed's diversity-based KNN bank
 
 
 class StateSource(Protocol):
@@ -90,6 +93,21 @@ def farthest_first(
         torch.minimum(min_d, torch.addmv(sq, x, x[idx], alpha=-2) + sq[idx], out=min_d)
         min_d[idx] = -torch.inf  # never picked twice, even among duplicate rows
     return selected
+
+
+@SAMPLERS.register("farthest_first")
+def farthest_first_sample(x: torch.Tensor, k: int, seed: int = 0) -> torch.Tensor:
+    """`farthest_first` from a seeded random first row (the seed's diversity sampling)."""
+    return farthest_first(x, k, seed=seed)
+
+
+@SAMPLERS.register("random")
+def random_sample(x: torch.Tensor, k: int, seed: int = 0) -> torch.Tensor:
+    """Indices [k] of a seeded uniform sample of the rows of x [N, D] (the seed's randperm)."""
+    N = x.shape[0]
+    if not 1 <= k <= N:
+        raise ValueError(f"random_sample: k must be in [1, {N}] (rows available), got {k}")
+    return torch.randperm(N, generator=torch.Generator().manual_seed(seed))[:k].to(x.device)
 
 
 @dataclass
@@ -210,7 +228,7 @@ class ClusterBank(Bank):
 
     @classmethod
     def build(
-        cls, members: StateSource, n_clusters: int, seed: int = 0, n_init: int = 3
+        cls, members: StateSource, n_clusters: int, seed: int = 0, n_init: int = KMEANS_N_INIT
     ) -> ClusterBank:
         """KMeans (seeded) on the members' encodings, then exact centroids and mean sequences."""
         N = len(members.encodings)
@@ -261,7 +279,7 @@ class ClusterBank(Bank):
 @BANKS.register("knn")
 @dataclass
 class KNNBank(Bank):
-    """A diverse (farthest-first) sample of complete training trajectories."""
+    """A sample (farthest-first by default) of complete training trajectories."""
 
     kind: ClassVar[str] = "knn"
 
@@ -274,8 +292,14 @@ class KNNBank(Bank):
 
     @classmethod
     def build(
-        cls, members: StateSource, memory_size: int, seed: int = 0, with_sequences: bool = True
+        cls,
+        members: StateSource,
+        memory_size: int,
+        seed: int = 0,
+        with_sequences: bool = True,
+        sampling: str = DEFAULT_SAMPLER,
     ) -> KNNBank:
+        """Pick `memory_size` members with the `sampling` sampler (see `SAMPLERS`)."""
         N = len(members.encodings)
         if memory_size > N:  # the seed keeps min(memory_size, students) as well
             warnings.warn(
@@ -285,7 +309,7 @@ class KNNBank(Bank):
                 stacklevel=2,
             )
             memory_size = N
-        index = farthest_first(members.encodings, memory_size, seed=seed).cpu()
+        index = SAMPLERS[sampling](members.encodings, memory_size, seed).cpu()
         if with_sequences:
             seqs, valid = members.states(index)
         else:

@@ -6,241 +6,62 @@ DTransformer's own (within the student, inclusive mask), the last n_inter heads 
 inter-student heads (`kt_lib.heads.similarity`) that read memory banks of TRAINING students
 (`kt_lib.memory`). Outputs are concatenated, then W_O. Blocks 1, 2 and 4 are DTransformer's.
 
-Configurations (`similarity` field: a shipped preset name, a YAML/JSON path, or a mapping):
-- Step 2 (modular): `intra_heads` + an `inter_heads` list of {type, influence_weight,
-  temporal_config, type-specific fields}.
-- Step 1 (legacy): `approach` + `cluster_config` / `knn_config` / `temporal_config`, mapped onto
-  Step 2 as (n_heads - 2) intra + 1 cluster + 1 KNN head (6 + 1 + 1 with the seed's 8 heads).
-  `approach: none` (or `similarity: None`) builds no inter head: the model is then DTransformer
-  exactly (same parameters, same state dict keys, bitwise equal outputs).
-- Both may carry `memory:` (encoder, update_frequency, folds, seed, ...), see `MemoryConfig`.
+Configuration: the `similarity` field (a shipped preset name, a YAML/JSON path, 'file:name', a
+mapping or a `SimilarityConfig`) is parsed once, by `kt_lib.heads.simakt_config`, which holds
+the schema (Step 1 / Step 2, temporal strategies, influence, banks) and every default.
+`approach: none` (or `similarity: None`) builds no inter head: the model is then DTransformer
+exactly (same parameters, same state dict keys, bitwise equal outputs).
 Shipped presets: `list_simakt_presets()`; `build_model("simakt", preset=<name>)` or
 `similarity=<name>`.
 
 Causality: an inter head's output at step t feeds Block 4 only at steps > t, so it may use the
 current student up to t. Banks hold complete trajectories of other training students: a training
 student reads the bank built without its cross-fitting fold (kt_lib.memory.banks explains why
-excluding its row alone is not enough); position weighting with future_weight > 0 reads later
-steps of those other students only.
+excluding its row alone is not enough); temporal strategies read later steps of those other
+students only.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from ..checkpoint import load_json, load_tensors, save_json, save_tensors
-from ..config import from_dict, read_mapping, require
+from ..checkpoint import atomic_write_bytes, load_checkpoint, save_json
 from ..data.dataset import Batch, KTDataset, StudentSeq
-from ..heads.similarity import BankBuild, HeadContext, HeadSpec, InterStudentHeads, parse_head_spec
+from ..heads.simakt_config import (
+    PRESET_DIR,
+    MemoryConfig,
+    SimilarityConfig,
+    list_simakt_presets,
+    load_simakt_config,
+)
+from ..heads.similarity import BankBuild, HeadContext, InterStudentHeads
 from ..memory.banks import Bank, FoldAssignment
-from ..memory.encoders import ENCODERS, EncodedSet, build_encoder, encode_dataset
+from ..memory.encoders import EncodedSet, build_encoder, encode_dataset
 from .base import register
 from .dtransformer import DTransformer, DTransformerConfig, ExtraHeads
 
-PRESET_DIR = Path(__file__).resolve().parent.parent / "configs" / "simakt"
-STEP1_APPROACHES = ("none", "position_weighted_dual", "dual_similarity")
-STEP1_KEYS = {
-    "approach",
-    "description",
-    "inter_heads",
-    "intra_heads",
-    "total_heads",
-    "head_allocation",
-    "cluster_config",
-    "knn_config",
-    "temporal_config",
-    "memory",
-}
-STEP2_KEYS = {"approach", "description", "intra_heads", "inter_heads", "total_heads", "memory"}
-
-
-@dataclass
-class MemoryConfig:
-    """How banks are built."""
-
-    encoder: str = "heuristic"  # trajectory encoder: heuristic (seed) | block2 (model's Block 2)
-    update_frequency: int = 0  # rebuild banks every n epochs (block2 encoder; 0: once, in prepare)
-    folds: int = 2  # cross-fitting folds (>= 2): training students read the bank without theirs
-    seed: int = 0  # seeds folds, KMeans and farthest-first
-    kmeans_n_init: int = 3  # KMeans restarts
-    batch_size: int = 128  # students per encoding batch
-
-    def validate(self) -> None:
-        require(
-            self.encoder in ENCODERS,
-            f"unknown encoder {self.encoder!r}; valid: {', '.join(ENCODERS.names())}",
-        )
-        require(
-            self.update_frequency >= 0,
-            f"update_frequency must be >= 0, got {self.update_frequency}",
-        )
-        require(self.folds >= 2, f"folds must be >= 2 (cross-fitting), got {self.folds}")
-        require(self.kmeans_n_init >= 1, f"kmeans_n_init must be >= 1, got {self.kmeans_n_init}")
-        require(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
-
-
-@dataclass
-class SimilarityConfig:
-    """Block 3's layout in Step 2 form: intra heads plus inter-student head specs."""
-
-    approach: str  # "none", a Step 1 approach, or "modular" (Step 2)
-    heads: list[HeadSpec] = field(default_factory=list)
-    intra_heads: int | None = None  # None: whatever n_heads leaves (Step 1 and none)
-    memory: MemoryConfig = field(default_factory=MemoryConfig)
-    description: str = ""
-    source: str = ""
-
-    def n_intra(self, n_heads: int) -> int:
-        """Intra heads for a model with n_heads heads (head-count mismatch is an error)."""
-        intra = n_heads - len(self.heads) if self.intra_heads is None else self.intra_heads
-        where = f"{self.source}: " if self.source else ""
-        if intra + len(self.heads) != n_heads:
-            raise ValueError(
-                f"{where}head-count mismatch: {intra} intra + {len(self.heads)} "
-                f"inter heads != n_heads={n_heads}"
-            )
-        if intra < 1:
-            raise ValueError(
-                f"{where}Block 3 needs at least one intra-student head, got "
-                f"{intra} (n_heads={n_heads}, {len(self.heads)} inter heads)"
-            )
-        return intra
-
-
-def _memory(raw, where: str, update_frequency: int | None = None) -> MemoryConfig:
-    raw = dict(raw or {})
-    if update_frequency is not None:
-        raw.setdefault("update_frequency", update_frequency)
-    return from_dict(MemoryConfig, raw, source=f"{where}memory".rstrip(": "))
-
-
-def _check_keys(data: dict, allowed: set[str], where: str, kind: str) -> None:
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise ValueError(
-            f"{where}unknown field(s) {unknown} in a {kind} similarity config; "
-            f"valid: {sorted(allowed)}"
-        )
-
-
-def _check_total(data: dict, intra: int | None, n_inter: int, where: str) -> None:
-    total = data.get("total_heads")
-    if total is not None and intra is not None and intra + n_inter != total:
-        raise ValueError(
-            f"{where}head-count mismatch: {intra} intra + {n_inter} inter heads != "
-            f"total_heads={total}"
-        )
-
-
-def _name_heads(heads: list[HeadSpec]) -> None:
-    seen: dict[str, int] = defaultdict(int)
-    for h in heads:
-        seen[h.type] += 1
-        h.name = h.type if seen[h.type] == 1 else f"{h.type}_{seen[h.type]}"
-
-
-def _parse_step1(data: dict, where: str, source: str) -> SimilarityConfig:
-    _check_keys(data, STEP1_KEYS, where, "Step 1")
-    has_heads = "cluster_config" in data or "knn_config" in data
-    approach = data.get("approach", "position_weighted_dual" if has_heads else "none")
-    if approach not in STEP1_APPROACHES:
-        raise ValueError(
-            f"{where}unknown approach {approach!r}; Step 1 approaches: "
-            f"{', '.join(STEP1_APPROACHES)} (or a Step 2 config with an "
-            "inter_heads list)"
-        )
-    desc = str(data.get("description", ""))
-    if approach == "none":
-        return SimilarityConfig("none", [], None, _memory(data.get("memory"), where), desc, source)
-    n_inter = data.get("inter_heads", 2)
-    if n_inter != 2:
-        raise ValueError(
-            f"{where}Step 1 is the fixed dual layout (1 cluster + 1 KNN head): "
-            f"inter_heads must be 2, got {n_inter}"
-        )
-    cluster = {"type": "cluster", **(data.get("cluster_config") or {})}
-    knn = {"type": "knn", **(data.get("knn_config") or {})}
-    freq = [c.pop("update_frequency") for c in (cluster, knn) if "update_frequency" in c]
-    if data.get("temporal_config"):
-        cluster["temporal_config"] = knn["temporal_config"] = data["temporal_config"]
-    heads = [
-        parse_head_spec(cluster, f"{where}cluster_config", "cluster"),
-        parse_head_spec(knn, f"{where}knn_config", "knn"),
-    ]
-    intra = data.get("intra_heads")
-    _check_total(data, intra, 2, where)
-    memory = _memory(data.get("memory"), where, min(freq) if freq else None)
-    return SimilarityConfig(approach, heads, intra, memory, desc, source)
-
-
-def _parse_step2(data: dict, where: str, source: str) -> SimilarityConfig:
-    _check_keys(data, STEP2_KEYS, where, "Step 2")
-    intra = data.get("intra_heads")
-    if not isinstance(intra, int) or isinstance(intra, bool):
-        raise ValueError(f"{where}a Step 2 config needs intra_heads (an integer), got {intra!r}")
-    heads = [
-        parse_head_spec(h, f"{where}inter_heads[{i}]") for i, h in enumerate(data["inter_heads"])
-    ]
-    _name_heads(heads)
-    _check_total(data, intra, len(heads), where)
-    return SimilarityConfig(
-        str(data.get("approach", "modular")),
-        heads,
-        intra,
-        _memory(data.get("memory"), where),
-        str(data.get("description", "")),
-        source,
-    )
-
-
-def parse_similarity(data: dict | None, source: str = "") -> SimilarityConfig:
-    """Validate a Step 1 or Step 2 similarity mapping (None: approach none)."""
-    where = f"{source}: " if source else ""
-    if data is None:
-        return SimilarityConfig("none", source=source)
-    if not isinstance(data, dict):
-        raise ValueError(f"{where}a similarity config must be a mapping, got {data!r}")
-    if set(data) == {"similarity_config"}:  # the seed's wrapper
-        data = data["similarity_config"]
-    step2 = isinstance(data.get("inter_heads"), list)
-    sim = (_parse_step2 if step2 else _parse_step1)(dict(data), where, source)
-    if sim.heads and all(h.influence_weight == 0 for h in sim.heads):
-        warnings.warn(
-            f"{where}every inter-student head has influence_weight 0: inter-student "
-            "attention is disabled (those heads output zeros)",
-            UserWarning,
-            stacklevel=2,
-        )
-    return sim
-
-
-def list_simakt_presets() -> list[str]:
-    """Names of the shipped SimAKT presets (kt_lib/configs/simakt/*.yaml)."""
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
-
-
-def load_simakt_config(spec: str | Path | dict | None) -> SimilarityConfig:
-    """A shipped preset by name, a YAML/JSON file, an inline mapping, or None (approach none)."""
-    if spec is None or isinstance(spec, dict):
-        return parse_similarity(spec, "similarity" if spec is not None else "")
-    name = str(spec)
-    path = PRESET_DIR / f"{name}.yaml" if name in list_simakt_presets() else Path(name)
-    if not path.is_file():
-        raise ValueError(
-            f"unknown SimAKT preset or config file {name!r}; presets: "
-            f"{', '.join(list_simakt_presets())}"
-        )
-    source = f"simakt preset {name!r}" if path.parent == PRESET_DIR else str(path)
-    return parse_similarity(read_mapping(path), source)
-
+__all__ = [
+    "PRESET_DIR",
+    "MemoryConfig",
+    "SimAKT",
+    "SimAKTConfig",
+    "SimilarityConfig",
+    "bank_file",
+    "bank_rebuilder",
+    "dataset_name",
+    "list_simakt_presets",
+    "load_simakt_config",
+]
 
 TINY_SIMILARITY = {  # small banks (cluster, KNN, graph, cross-student) for tests and smoke runs
     "intra_heads": 4,
@@ -264,17 +85,27 @@ TINY_SIMILARITY = {  # small banks (cluster, KNN, graph, cross-student) for test
 class SimAKTConfig(DTransformerConfig):
     """DTransformer sizes plus Block 3's similarity configuration."""
 
-    similarity: str | dict | None = "position_weighted_dual"  # preset, path, mapping; None = none
+    # a preset name, a YAML/JSON path ('file:name' for one of several), a mapping, a
+    # SimilarityConfig (kept as its mapping), or None (approach none)
+    similarity: str | dict | SimilarityConfig | None = "position_weighted_dual"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.similarity, SimilarityConfig):
+            parsed = self.similarity
+            self.similarity = parsed.to_mapping()  # plain data: checkpoints stay JSON
+            self.__dict__["_parsed"] = (self.similarity, parsed)
 
     def validate(self) -> None:
         super().validate()
-        sim = load_simakt_config(self.similarity)
-        sim.n_intra(self.n_heads)
+        self.similarity_config().n_intra(self.n_heads)
 
     def similarity_config(self) -> SimilarityConfig:
-        with warnings.catch_warnings():  # validate() has already warned
-            warnings.simplefilter("ignore", UserWarning)
-            return load_simakt_config(self.similarity)
+        """The parsed similarity configuration (parsed once per config object)."""
+        cached = self.__dict__.get("_parsed")
+        if cached is None or cached[0] is not self.similarity:
+            cached = (self.similarity, load_simakt_config(self.similarity))
+            self.__dict__["_parsed"] = cached
+        return cached[1]
 
     @classmethod
     def tiny(cls, **kw):
@@ -292,6 +123,23 @@ def _preset(name: str):
 for _name in list_simakt_presets():  # build_model("simakt", preset=<name>)
     if not hasattr(SimAKTConfig, _name):
         setattr(SimAKTConfig, _name, _preset(_name))
+
+
+def dataset_name(data: KTDataset) -> str:
+    """The dataset a split belongs to ('assist2009/train' -> 'assist2009')."""
+    base, _, split = data.name.rpartition("/")
+    return base if base and split in ("train", "valid", "test") else data.name
+
+
+def bank_file(bank_dir: str | Path, dataset: str) -> Path:
+    """Where `python -m kt_lib.memory build` puts a dataset's banks: `<bank_dir>/<dataset>.pt`
+    and `.json` (the returned path ends in a placeholder suffix, so that `with_suffix` keeps
+    dotted dataset names whole)."""
+    return Path(bank_dir) / f"{dataset.replace('/', '_')}.banks"
+
+
+def _uids_sha256(data: KTDataset) -> str:
+    return hashlib.sha256(np.unique(data.uids).astype("<i8").tobytes()).hexdigest()
 
 
 @register("simakt")
@@ -318,6 +166,34 @@ class SimAKT(DTransformer):
         )
         self.folds: FoldAssignment | None = None
 
+    # -- influence and learning rates --------------------------------------------------------
+    def apply_influence_rule(self, n_students: int) -> None:
+        """Set the inter heads' influence weights from the training set's size (Example 4)."""
+        rule = self.similarity.influence_rule
+        if rule is not None and self.inter is not None:
+            self.inter.set_weights(rule.weights_for(self.similarity.heads, n_students))
+
+    def param_groups(self, lr: float) -> list[dict]:
+        """Optimizer parameter groups: everything at `lr`; with `lr_scaling: inverse_influence`,
+        each inter head at lr / its influence weight (seed 000's training note; heads that are
+        off keep lr). Call after `prepare` (an influence rule sets the weights there)."""
+        if self.similarity.lr_scaling == "none" or self.inter is None:
+            return [{"params": list(self.parameters()), "lr": lr, "name": "model"}]
+        heads = {id(p) for h in self.inter.heads for p in h.parameters()}
+        groups = [
+            {
+                "params": [p for p in self.parameters() if id(p) not in heads],
+                "lr": lr,
+                "name": "model",
+            }
+        ]
+        for h in self.inter.heads:
+            params = list(h.parameters())
+            if params:
+                scale = 1.0 / h.weight if h.weight > 0 else 1.0
+                groups.append({"params": params, "lr": lr * scale, "name": h.spec.name})
+        return groups
+
     # -- memory banks ------------------------------------------------------------------------
     def _encoder_states(self, batch: Batch) -> torch.Tensor:
         return self.traj_encoder.states(batch, self)
@@ -343,14 +219,16 @@ class SimAKT(DTransformer):
             self.train(was_training)
 
     def build_banks(self, train: KTDataset) -> None:
-        """(Re)build every active head's banks from the TRAINING students `train`."""
+        """(Re)build every active head's banks from the TRAINING students `train` (logs shorter
+        than memory.min_length stay out of the banks)."""
         if self.inter is None:
             return
         mem = self.similarity.memory
         folds = FoldAssignment.make(train.uids, mem.folds, mem.seed)
         heads = self.inter.bank_heads
         if heads:
-            encoded = self.encode_students(train)
+            long_enough = [i for i, s in enumerate(train.students) if len(s) >= mem.min_length]
+            encoded = self.encode_students(train.subset(long_enough))
             own = folds.fold_of(encoded.uids).numpy()
             members = [encoded.subset(np.flatnonzero(own != f)) for f in range(folds.n_folds)]
             was_training = self.training
@@ -365,7 +243,13 @@ class SimAKT(DTransformer):
         self.folds = folds
 
     def prepare(self, train: KTDataset) -> None:
-        self.build_banks(train)
+        """Influence rule, then the banks: built from `train`, or read from memory.bank_dir."""
+        self.apply_influence_rule(len(train))
+        bank_dir = self.similarity.memory.bank_dir
+        if bank_dir and self.inter is not None:
+            self.load_banks(bank_file(bank_dir, dataset_name(train)), train)
+        else:
+            self.build_banks(train)
 
     def on_epoch_start(self, epoch: int, train: KTDataset | None = None) -> None:
         mem = self.similarity.memory
@@ -380,10 +264,12 @@ class SimAKT(DTransformer):
             self.build_banks(train)
 
     def banks(self) -> dict[str, list[Bank]]:
-        """Built banks per head name, one per fold."""
+        """Built banks per head name (hybrid modules: 'hybrid.cluster'), one per fold."""
         if self.inter is None:
             return {}
-        return {h.spec.name: h.banks for h in self.inter.heads if h.has_banks}
+        return {
+            h.spec.name: h.banks for _, h in self.inter.bank_slots(active_only=False) if h.has_banks
+        }
 
     def bank_stats(self) -> pd.DataFrame:
         """One row of statistics per (head, fold) bank."""
@@ -399,10 +285,12 @@ class SimAKT(DTransformer):
         if self.folds is None:
             return {}
         state = {f"folds.{k}": v for k, v in self.folds.to_tensors().items()}
-        for i, head in enumerate(self.inter.heads if self.inter is not None else []):
+        if self.similarity.influence_rule is not None:
+            state["influence.weights"] = torch.tensor(self.inter.weights, dtype=torch.float64)
+        for slot, head in self.inter.bank_slots(active_only=False) if self.inter else []:
             if head.has_banks:
                 for f, bank in enumerate(head.banks):
-                    state.update({f"head{i}.fold{f}.{k}": v for k, v in bank.to_tensors().items()})
+                    state.update({f"{slot}.fold{f}.{k}": v for k, v in bank.to_tensors().items()})
         return state
 
     def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
@@ -411,37 +299,75 @@ class SimAKT(DTransformer):
         self.folds = FoldAssignment.from_tensors(
             {k.split(".", 1)[1]: v for k, v in state.items() if k.startswith("folds.")}
         )
-        for i, head in enumerate(self.inter.heads if self.inter is not None else []):
+        if "influence.weights" in state:
+            self.inter.set_weights(state["influence.weights"].tolist())
+        for slot, head in self.inter.bank_slots(active_only=False) if self.inter else []:
             per_fold: dict[int, dict] = defaultdict(dict)
             for key, value in state.items():
-                if key.startswith(f"head{i}."):
+                if key.startswith(f"{slot}."):
                     _, fold, name = key.split(".", 2)
                     per_fold[int(fold.removeprefix("fold"))][name] = value
             if per_fold:
                 head.install([head.bank_cls.from_tensors(per_fold[f]) for f in sorted(per_fold)])
 
-    def save_banks(self, path: str | Path) -> None:
-        """Write every bank to `<path>.pt` + `<path>.json` (no pickle)."""
-        path = Path(path)
-        save_tensors(path.with_suffix(".pt"), self.extra_state())
-        save_json(
-            path.with_suffix(".json"),
-            {
-                "similarity": self.config.similarity,
-                "banks": self.bank_stats().to_dict(orient="records"),
-            },
-        )
+    def _bank_meta(self) -> dict:
+        c = self.config
+        return {
+            "similarity_config": self.similarity.bank_signature(),
+            "sizes": {"d": c.d, "max_len": c.max_len, "num_c": c.num_c, "K": c.K},
+        }
 
-    def load_banks(self, path: str | Path) -> None:
-        """Restore banks written by `save_banks` (the model's config must match)."""
+    def save_banks(self, path: str | Path, train: KTDataset | None = None) -> None:
+        """Write every bank to `<path>.pt` + `<path>.json` (no pickle, atomic, the .json records
+        the .pt's SHA-256); `train` records which training students built them."""
         path = Path(path)
-        meta = load_json(path.with_suffix(".json"))
-        if meta["similarity"] != self.config.similarity:
+        buf = io.BytesIO()
+        torch.save(self.extra_state(), buf)
+        data = buf.getvalue()
+        atomic_write_bytes(path.with_suffix(".pt"), lambda f: f.write(data))
+        meta = {"similarity": self.config.similarity, **self._bank_meta()}
+        if train is not None:
+            meta.update(
+                dataset=dataset_name(train),
+                train_students=len(train),
+                train_uids_sha256=_uids_sha256(train),
+            )
+        meta["banks"] = self.bank_stats().to_dict(orient="records")
+        meta["pt_sha256"] = hashlib.sha256(data).hexdigest()
+        save_json(path.with_suffix(".json"), meta)
+
+    def load_banks(self, path: str | Path, train: KTDataset | None = None) -> None:
+        """Restore banks written by `save_banks` (checked: SHA-256, the config they depend on,
+        the model sizes and, given `train`, the training students)."""
+        path = Path(path)
+        if not path.with_suffix(".json").is_file():
+            raise FileNotFoundError(
+                f"{path.with_suffix('.json')}: no prebuilt banks (build them with python -m "
+                "kt_lib.memory build ... --out DIR)"
+            )
+        meta, tensors = load_checkpoint(path)
+        saved = meta.get("similarity_config")
+        if saved is None:  # written before the typed config: compare the parsed spec
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                saved = load_simakt_config(meta["similarity"]).bank_signature()
+        mine = self._bank_meta()
+        if saved != mine["similarity_config"]:
             raise ValueError(
                 f"{path}: banks were built for similarity={meta['similarity']!r}, "
                 f"this model has {self.config.similarity!r}"
             )
-        self.load_extra_state(load_tensors(path.with_suffix(".pt")))
+        if "sizes" in meta and meta["sizes"] != mine["sizes"]:
+            raise ValueError(
+                f"{path}: banks were built for {meta['sizes']}, this model has {mine['sizes']}"
+            )
+        if train is not None and "train_uids_sha256" in meta:
+            if meta["train_uids_sha256"] != _uids_sha256(train):
+                raise ValueError(
+                    f"{path}: banks were built from other training students ({meta['dataset']}, "
+                    f"{meta['train_students']} students) than the {len(train)} given"
+                )
+        self.load_extra_state(tensors)
 
     # -- Block 3 -----------------------------------------------------------------------------
     def _folds_for(self, batch: Batch) -> torch.Tensor:
