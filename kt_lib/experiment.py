@@ -69,20 +69,22 @@ def run_experiment(
     seed: int = 0,
     label: str | None = None,
     histories: tuple[str, ...] = ("window",),
+    on_epoch=None,
     **model_overrides,
 ) -> ExperimentResult:
     """Seeded build + fit + test evaluation of one registered model.
 
     The test set is scored under both row rules (per_question, per_row) and each evaluation
     history in `histories` (window; add "sliding" for the papers' protocol, see `predict`);
-    `test` holds the default protocol's metrics, `protocols` all of them."""
+    `test` holds the default protocol's metrics, `protocols` all of them. `on_epoch` goes to
+    `fit` (it sees each epoch's history row)."""
     cfg = train_config or TrainConfig()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = build_model(
             model_name, model_config, dataset=train, preset=preset, **model_overrides
         )
-    res = fit(model, train, valid, cfg, seed=seed)
+    res = fit(model, train, valid, cfg, on_epoch=on_epoch, seed=seed)
     ev = dict(batch_size=cfg.eval_batch_size, max_len=cfg.max_len, device=cfg.device)
     valid_m = evaluate(res.model, valid, **ev)
     protocols = {}

@@ -12,6 +12,7 @@ import copy
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -302,9 +303,13 @@ def fit(
     train: KTDataset,
     valid: KTDataset,
     config: TrainConfig | None = None,
+    on_epoch: Callable[[int, dict], None] | None = None,
     **overrides,
 ) -> FitResult:
-    """Train with early stopping on the validation metric; returns the best model and history."""
+    """Train with early stopping on the validation metric; returns the best model and history.
+
+    `on_epoch(epoch, row)` sees each epoch's history row (train terms, valid metrics) as it is
+    made; it may raise to stop the run (e.g. Optuna's pruning, `kt_lib.search`)."""
     # types and ranges of every field checked before any work (errors name the field)
     cfg = from_dict(TrainConfig, {**asdict(config or TrainConfig()), **overrides}, "TrainConfig")
     metric = cfg.metric or ("qwk" if model.ordinal and model.config.K > 2 else "auc")
@@ -313,7 +318,6 @@ def fit(
     if cfg.keep_freed_memory and cfg.device == "cpu":
         keep_freed_memory()
     model.to(cfg.device)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     loader = BatchLoader(
         train, cfg.batch_size, cfg.max_len, shuffle=True, seed=cfg.seed, bucket=cfg.bucket
     )
@@ -325,7 +329,10 @@ def fit(
     t0 = time.perf_counter()
 
     with seeded(cfg.seed), use_backend(cfg.backend), precision_context(cfg.precision, cfg.device):
-        model.prepare(train)
+        model.prepare(train)  # may set what the parameter groups depend on (SimAKT's influence)
+        opt = torch.optim.AdamW(
+            model.param_groups(cfg.lr), lr=cfg.lr, weight_decay=cfg.weight_decay
+        )
         if cfg.resume and _prefix(cfg, "last").with_suffix(".json").exists():
             meta, tensors = load_checkpoint(_prefix(cfg, "last"), cfg.device)  # hash-checked
             model.load_state_dict(tensors["model"])
@@ -368,6 +375,8 @@ def fit(
             ev = evaluate(model, valid, cfg.eval_batch_size, cfg.max_len, cfg.device)
             row.update({f"valid_{k}": v for k, v in ev.items()})
             rows.append(row)
+            if on_epoch is not None:
+                on_epoch(epoch, row)
             if cfg.verbose:
                 shown = {k: round(v, 4) for k, v in row.items() if isinstance(v, float)}
                 print(f"{model.registry_name} epoch {epoch}: {shown}", flush=True)

@@ -474,3 +474,19 @@ def test_experiment_rows_carry_every_protocol():
         "test_auc@per_row/sliding",
     } <= set(row)
     assert row["test_auc@per_row/sliding"] != row["test_auc"]  # logs of 30 > max_len 12
+
+
+def test_fit_builds_the_optimizer_from_the_models_groups_after_prepare():
+    from kt_lib.train import TrainConfig
+
+    data = make_tiny_dataset(num_pid=0, n=12, L=10)
+    model = build_model("dkt", dataset=data, preset="tiny")
+    calls = []
+    model.prepare = lambda train: calls.append("prepare")
+    model.param_groups = lambda lr: (
+        calls.append(("groups", lr)) or [{"params": list(model.parameters()), "lr": 0.0}]
+    )
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fit(model, data, data, TrainConfig(epochs=1, lr=0.01, progress=False))
+    assert calls == ["prepare", ("groups", 0.01)]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # lr 0 held

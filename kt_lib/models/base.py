@@ -76,6 +76,11 @@ class KTModel(nn.Module):
     def prepare(self, train: KTDataset) -> None:
         """Fit whatever needs the training students (references, memory banks) before training."""
 
+    def param_groups(self, lr: float) -> list[dict]:
+        """Optimizer parameter groups at base learning rate `lr` (`fit` calls it after
+        `prepare`); default one group. SimAKT scales its heads' rates by their influence."""
+        return [{"params": list(self.parameters())}]
+
     def on_epoch_start(self, epoch: int, train: KTDataset | None = None) -> None:
         """Per-epoch hook (schedules, bank refreshes)."""
 
