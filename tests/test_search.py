@@ -1,0 +1,62 @@
+"""kt_lib.search: Optuna studies over SimAKT's typed configuration."""
+
+from __future__ import annotations
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+from kt_lib.data import load_bundle  # noqa: E402
+from kt_lib.heads.simakt_config import load_simakt_config  # noqa: E402
+from kt_lib.search import (  # noqa: E402
+    best_overrides,
+    importance,
+    run_study,
+    simakt_overrides,
+    small_space,
+    trials_frame,
+)
+from kt_lib.train import TrainConfig  # noqa: E402
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    return load_bundle(None, "synthetic", num_students=60, seq_len=16, num_c=4)
+
+
+def _cfg(epochs=2):
+    return TrainConfig(epochs=epochs, max_len=16, batch_size=16, lr=1e-2, progress=False)
+
+
+def test_drawn_settings_reach_the_typed_configuration():
+    over = simakt_overrides({"future_weight": 0.3, "knn_weight": 0.25, "n_clusters": 7, "lr": 1})
+    sim = load_simakt_config(over["similarity"])
+    assert sim.influence("knn") == 0.25
+    temporal = [h.temporal for h in sim.heads if h.temporal is not None]
+    assert temporal and all(t.future_weight == 0.3 for t in temporal)
+    with pytest.raises(ValueError, match="unknown SimAKT setting"):
+        simakt_overrides({"futur_weight": 0.3})
+    space = small_space(40)
+    assert space["memory_size"].high <= 20 and space["n_clusters"].high <= 10
+
+
+def test_study_resumes_from_its_sqlite_file_and_reports_importance(bundle, tmp_path):
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    first = run_study(bundle, n_trials=2, train_config=_cfg(), storage=url)
+    assert len(first.trials) == 2
+    again = run_study(bundle, n_trials=1, train_config=_cfg(), storage=url)  # same name: resumed
+    frame = trials_frame(again)
+    assert len(frame) == 3 and frame["value"].between(0, 1).all()
+    assert set(importance(again).index) <= set(small_space(len(bundle.train)))
+    overrides, lr = best_overrides(again)
+    assert "similarity" in overrides and lr == again.best_params["lr"]
+
+
+def test_pruned_trials_stop_after_the_epoch_that_was_pruned(bundle):
+    prune_all = optuna.pruners.ThresholdPruner(upper=0.0)  # every AUC > 0 is pruned
+    study = run_study(bundle, n_trials=2, train_config=_cfg(epochs=4), pruner=prune_all)
+    states = {t.state for t in study.trials}
+    assert states == {optuna.trial.TrialState.PRUNED}
+    assert all(len(t.intermediate_values) == 1 for t in study.trials)  # stopped at epoch 0
