@@ -152,9 +152,10 @@ def run_task(task: dict, bundle=None, cache: OrderedDict | None = None) -> RunOu
 
     if task.get("threads"):
         torch.set_num_threads(int(task["threads"]))
-    out = RunOutcome(task["index"], None, device_name=device_name(task["train"]["device"]))
+    out = RunOutcome(task["index"], None)
     t0 = time.perf_counter()
     try:
+        out.device_name = device_name(task["train"].get("device", "cpu"))
         train = TrainConfig(**task["train"])
         if task.get("data") is not None:
             bundle = _load(task["data"], _bundles if cache is None else cache)

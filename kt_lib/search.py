@@ -64,17 +64,20 @@ def small_space(n_students: int) -> dict[str, Dim]:
     space = dict(SIMAKT_SPACE)
     top = max(4, n_students // 4)
     space["n_clusters"] = Dim(2, min(200, top), log=True, kind="int")
-    # a bank fold holds about 4/5 of the training students
-    space["memory_size"] = Dim(
-        min(8, top), max(8, min(1000, n_students // 2)), log=True, kind="int"
-    )
+    # a bank holds one cross-fitting fold of the training students (half, with 2 folds)
+    bank = max(8, n_students // 3)
+    space["memory_size"] = Dim(min(8, top), min(1000, bank), log=True, kind="int")
     space["k_neighbors"] = Dim(2, min(50, max(2, top // 2)), log=True, kind="int")
     return space
 
 
 def trial_settings(trial, space: dict[str, Dim]) -> dict:
-    """The settings one trial draws from `space`."""
-    return {name: dim.suggest(trial, name) for name, dim in space.items()}
+    """The settings one trial draws from `space`; k_neighbors never exceeds memory_size (a KNN
+    head reads k of the bank's entries)."""
+    settings = {name: dim.suggest(trial, name) for name, dim in space.items()}
+    if "k_neighbors" in settings and "memory_size" in settings:
+        settings["k_neighbors"] = min(settings["k_neighbors"], settings["memory_size"])
+    return settings
 
 
 def simakt_overrides(settings: dict, preset: str = "position_weighted_dual") -> dict:
@@ -146,8 +149,13 @@ def run_study(
         sampler=optuna.samplers.TPESampler(seed=seed),
         pruner=pruner or optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1),
     )
-    study.optimize(
-        objective, n_trials=n_trials, n_jobs=n_jobs, timeout=timeout, show_progress_bar=progress
+    study.optimize(  # a trial whose settings a bank cannot hold fails alone (state FAIL)
+        objective,
+        n_trials=n_trials,
+        n_jobs=n_jobs,
+        timeout=timeout,
+        show_progress_bar=progress,
+        catch=(ValueError,),
     )
     return study
 
@@ -169,4 +177,6 @@ def importance(study) -> pd.Series:
 def best_overrides(study, similarity: str = "position_weighted_dual") -> tuple[dict, float]:
     """(model overrides, lr) of the best trial, ready for `run_experiment("simakt", ...)`."""
     params = dict(study.best_params)
+    if "k_neighbors" in params and "memory_size" in params:  # as the trial clamped it
+        params["k_neighbors"] = min(params["k_neighbors"], params["memory_size"])
     return simakt_overrides(params, similarity), params.get("lr", TrainConfig().lr)

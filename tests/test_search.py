@@ -60,3 +60,18 @@ def test_pruned_trials_stop_after_the_epoch_that_was_pruned(bundle):
     states = {t.state for t in study.trials}
     assert states == {optuna.trial.TrialState.PRUNED}
     assert all(len(t.intermediate_values) == 1 for t in study.trials)  # stopped at epoch 0
+
+
+def test_k_neighbors_never_exceeds_the_drawn_bank_and_bad_trials_fail_alone(bundle):
+    from kt_lib.search import Dim
+
+    space = {
+        "n_clusters": Dim(4, 4, kind="int"),
+        "memory_size": Dim(8, 8, kind="int"),
+        "k_neighbors": Dim(30, 30, kind="int"),
+    }
+    study = run_study(bundle, n_trials=1, train_config=_cfg(epochs=1), space=space)
+    assert study.trials[0].state == optuna.trial.TrialState.COMPLETE  # k clamped to 8
+    bad = {"n_clusters": Dim(10_000, 10_000, kind="int")}  # more clusters than students
+    study = run_study(bundle, n_trials=2, train_config=_cfg(epochs=1), space=bad)
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 2

@@ -3,6 +3,7 @@ configuration (seed 000's examples, Step 1 approaches, settings), strategies, ba
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import warnings
 from pathlib import Path
@@ -1237,6 +1238,11 @@ def test_bank_cli_builds_banks_the_model_loads_by_dataset_name(tmp_path, capsys)
         assert torch.equal(loaded(batch).logits, built(batch).logits)
     with pytest.raises(ValueError, match="other training students"):
         loaded.load_banks(path, train.subset(range(10)))
+    # same uids, same count, other logs (another fold's train{k} file numbers its students
+    # 0..n-1 too): refused, or its students could read banks holding their own logs
+    swapped = [dataclasses.replace(s, r=1 - s.r) for s in train.students]
+    with pytest.raises(ValueError, match="another fold"):
+        loaded.load_banks(path, dataclasses.replace(train, students=swapped))
     other = build_model(
         "simakt",
         preset="tiny",

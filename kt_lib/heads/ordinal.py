@@ -439,7 +439,14 @@ class MechanismCache:
                 return out.clone(), {name: w.clone() for name, w in maps.items()}
         self.misses += 1
         out, maps = mechanism.attend(context, need_weights)
-        entries.append((mechanism, key, [t.clone() for t in now], (out.clone(), dict(maps))))
+        entries.append(
+            (
+                mechanism,
+                key,
+                [t.clone() for t in now],
+                (out.clone(), {n: w.clone() for n, w in maps.items()}),
+            )
+        )
         del entries[: -self.max_entries]
         return out, maps
 

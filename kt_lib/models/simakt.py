@@ -23,6 +23,7 @@ students only.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import io
 import warnings
@@ -93,17 +94,18 @@ class SimAKTConfig(DTransformerConfig):
         if isinstance(self.similarity, SimilarityConfig):
             parsed = self.similarity
             self.similarity = parsed.to_mapping()  # plain data: checkpoints stay JSON
-            self.__dict__["_parsed"] = (self.similarity, parsed)
+            self.__dict__["_parsed"] = (copy.deepcopy(self.similarity), parsed)
 
     def validate(self) -> None:
         super().validate()
         self.similarity_config().n_intra(self.n_heads)
 
     def similarity_config(self) -> SimilarityConfig:
-        """The parsed similarity configuration (parsed once per config object)."""
+        """The parsed similarity configuration (parsed once per config object; parsed again
+        when `similarity` is replaced or edited in place)."""
         cached = self.__dict__.get("_parsed")
-        if cached is None or cached[0] is not self.similarity:
-            cached = (self.similarity, load_simakt_config(self.similarity))
+        if cached is None or cached[0] != self.similarity:
+            cached = (copy.deepcopy(self.similarity), load_simakt_config(self.similarity))
             self.__dict__["_parsed"] = cached
         return cached[1]
 
@@ -138,8 +140,16 @@ def bank_file(bank_dir: str | Path, dataset: str) -> Path:
     return Path(bank_dir) / f"{dataset.replace('/', '_')}.banks"
 
 
-def _uids_sha256(data: KTDataset) -> str:
-    return hashlib.sha256(np.unique(data.uids).astype("<i8").tobytes()).hexdigest()
+def _students_sha256(data: KTDataset) -> str:
+    """SHA-256 of the training students' logs (uid, q, r, pid in uid order): banks built from
+    one fold's or seed's split are refused for another even where the readers number students
+    by position (every `train{k}` file has uids 0..n-1)."""
+    h = hashlib.sha256()
+    for s in sorted(data.students, key=lambda s: s.uid):
+        h.update(np.array([s.uid, len(s)], dtype="<i8").tobytes())
+        for a in (s.q, s.r) if s.pid is None else (s.q, s.r, s.pid):
+            h.update(np.ascontiguousarray(a, dtype="<i8").tobytes())
+    return h.hexdigest()
 
 
 @register("simakt")
@@ -330,7 +340,7 @@ class SimAKT(DTransformer):
             meta.update(
                 dataset=dataset_name(train),
                 train_students=len(train),
-                train_uids_sha256=_uids_sha256(train),
+                train_sha256=_students_sha256(train),
             )
         meta["banks"] = self.bank_stats().to_dict(orient="records")
         meta["pt_sha256"] = hashlib.sha256(data).hexdigest()
@@ -361,12 +371,12 @@ class SimAKT(DTransformer):
             raise ValueError(
                 f"{path}: banks were built for {meta['sizes']}, this model has {mine['sizes']}"
             )
-        if train is not None and "train_uids_sha256" in meta:
-            if meta["train_uids_sha256"] != _uids_sha256(train):
-                raise ValueError(
-                    f"{path}: banks were built from other training students ({meta['dataset']}, "
-                    f"{meta['train_students']} students) than the {len(train)} given"
-                )
+        if train is not None and meta.get("train_sha256") != _students_sha256(train):
+            raise ValueError(
+                f"{path}: banks were built from other training students ({meta['dataset']}, "
+                f"{meta['train_students']} students) than the {len(train)} given (another fold "
+                "or split seed? build each fold's banks into its own --out folder)"
+            )
         self.load_extra_state(tensors)
 
     # -- Block 3 -----------------------------------------------------------------------------
