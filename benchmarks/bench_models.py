@@ -88,6 +88,14 @@ def build_ours(name: str, device: str, sets: dict | None = None, b: int = B, n: 
     return model, batch
 
 
+def time_ours(name: str, repeats: int, device: str, sets: dict | None, b: int, n: int):
+    """(model, batch, timings) of one of our models' training step and inference pass (inside
+    `on_device`)."""
+    model, batch = build_ours(name, device, sets, b, n)
+    step, infer = model_step_and_inference(model, batch)
+    return model, batch, measure(step, infer, repeats, device)
+
+
 def bench_one(
     name: str,
     repeats: int,
@@ -100,9 +108,7 @@ def bench_one(
 ) -> dict:
     sets = parse_sets(overrides)
     with on_device(device, precision, backend) as prec:
-        model, batch = build_ours(name, device, sets, b, n)
-        step, infer = model_step_and_inference(model, batch)
-        m = measure(step, infer, repeats, device)
+        model, batch, m = time_ours(name, repeats, device, sets, b, n)
     res = {
         "model": name + "".join(f" {k}={v}" for k, v in sets.items()),
         "params": sum(p.numel() for p in model.parameters()),

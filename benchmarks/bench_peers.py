@@ -7,7 +7,7 @@
 
 Setting: B=64, L=200, 100 skills, no problem ids, one batch of `kt_lib.audit.random_batch`
 (seed 0, full rows) fed to both. Ours: the registry models at the paper preset, built by
-bench_models' helper (`build_ours`). Theirs: pykt's classes with pykt's configs/kt_config.json
+bench_models' helper (`time_ours`). Theirs: pykt's classes with pykt's configs/kt_config.json
 sizes (DKT emb 200 dropout 0.1; SAKT emb 256, 8 heads, dropout 0.2, 1 block, seq_len L; AKT
 d_model 256, 1 block, dropout 0.05, d_ff 256, kq_same 1, final_fc_dim 512, 8 heads,
 separate_qa False, l2 1e-5) and pykt's training-time inputs and loss (pykt.models.train_model:
@@ -45,13 +45,13 @@ from bench_models import (
     B,
     L,
     add_device_args,
-    build_ours,
     device_argv,
     on_device,
     run_all,
     setting,
+    time_ours,
 )
-from timing import measure, model_step_and_inference
+from timing import measure
 
 PYKT_VERSION = "0.0.38"
 INSTALL = f"pip install --no-deps pykt-toolkit=={PYKT_VERSION}"
@@ -199,9 +199,7 @@ def bench_pair(
 ) -> dict:
     mods = load_pykt(device)
     with on_device(device, precision, backend) as prec:
-        ours, batch = build_ours(name, device, None, b, n)
-        step, infer = model_step_and_inference(ours, batch)
-        m_ours = measure(step, infer, repeats, device)
+        ours, batch, m_ours = time_ours(name, repeats, device, None, b, n)
         theirs = build_theirs(name, mods, device, n)
         step, infer = pykt_step_and_inference(name, theirs, batch, device)
         m_theirs = measure(step, infer, repeats, device)

@@ -344,32 +344,7 @@ _LINE_FIELDS = {
 }
 
 
-def _line3_dataset(
-    rec: _Records,
-    base: int,
-    uid_offset: int = 0,
-    num_c: int | None = None,
-    K: int = 2,
-    name: str | None = None,
-    notes: dict[str, str] | None = None,
-) -> KTDataset:
-    """A 3-line file's records as a dataset; `notes` say where a declared size came from."""
-    _check_K(K)
-    notes = notes or {}
-    rec.check(0, "question id", base, num_c, f"num_c={num_c}{notes.get('num_c', '')}")
-    rec.check_responses(1, K)
-    keep = rec.nonempty()
-    return KTDataset(
-        _students(keep, uid_offset, rec.split(0, base), rec.split(1)),
-        num_c=_vocab(num_c, rec.flat[0] - base),
-        K=K,
-        name=name or rec.path.stem,
-        source=str(rec.path),
-        meta=rec.meta(keep, uid_offset),
-    )
-
-
-def _line4_dataset(
+def _line_dataset(
     rec: _Records,
     base: int,
     uid_offset: int = 0,
@@ -379,17 +354,25 @@ def _line4_dataset(
     name: str | None = None,
     notes: dict[str, str] | None = None,
 ) -> KTDataset:
-    """A 4-line file's records as a dataset; `notes` say where a declared size came from."""
+    """A 3-line (question ids, responses) or 4-line (problem ids, skill ids, responses) file's
+    records as a dataset; `notes` say where a declared size came from."""
     _check_K(K)
     notes = notes or {}
-    rec.check(0, "problem id", base, num_pid, f"num_pid={num_pid}{notes.get('num_pid', '')}")
-    rec.check(1, "skill id", base, num_c, f"num_c={num_c}{notes.get('num_c', '')}")
-    rec.check_responses(2, K)
+    has_pid = len(rec.flat) == 3
+    if not has_pid and num_pid is not None:
+        raise TypeError(f"{rec.path}: num_pid is for 4-line files (problem ids); this has none")
+    q = 1 if has_pid else 0  # field of the skill/question ids
+    if has_pid:
+        rec.check(0, "problem id", base, num_pid, f"num_pid={num_pid}{notes.get('num_pid', '')}")
+    what = "skill id" if has_pid else "question id"
+    rec.check(q, what, base, num_c, f"num_c={num_c}{notes.get('num_c', '')}")
+    rec.check_responses(q + 1, K)
     keep = rec.nonempty()
+    pid = rec.split(0, base) if has_pid else None
     return KTDataset(
-        _students(keep, uid_offset, rec.split(1, base), rec.split(2), rec.split(0, base)),
-        num_c=_vocab(num_c, rec.flat[1] - base),
-        num_pid=_vocab(num_pid, rec.flat[0] - base),
+        _students(keep, uid_offset, rec.split(q, base), rec.split(q + 1), pid),
+        num_c=_vocab(num_c, rec.flat[q] - base),
+        num_pid=_vocab(num_pid, rec.flat[0] - base) if has_pid else 0,
         K=K,
         name=name or rec.path.stem,
         source=str(rec.path),
@@ -414,7 +397,7 @@ def read_line3(
     """
     _check_K(K)
     rec = _read_records(path, _LINE_FIELDS["line3"], header)
-    return _line3_dataset(rec, _id_base(one_based, [rec]), uid_offset, num_c, K, name)
+    return _line_dataset(rec, _id_base(one_based, [rec]), uid_offset, num_c, None, K, name)
 
 
 def read_line4(
@@ -434,7 +417,7 @@ def read_line4(
     """
     _check_K(K)
     rec = _read_records(path, _LINE_FIELDS["line4"], header)
-    return _line4_dataset(rec, _id_base(one_based, [rec]), uid_offset, num_c, num_pid, K, name)
+    return _line_dataset(rec, _id_base(one_based, [rec]), uid_offset, num_c, num_pid, K, name)
 
 
 def _atomic_write(path: PathLike, text: str) -> None:
@@ -958,16 +941,15 @@ def _load_lines(d, fold, valid_frac, seed, kw, fmt):
             details.append(f"sizes from {toml.path.name} [{toml.section}]")
     recs = {k: _read_records(f, _LINE_FIELDS[fmt], header) for k, f in files.named().items()}
     base = _id_base(one_based, list(recs.values()))
-    build = _line3_dataset if fmt == "line3" else _line4_dataset
     if fold is None:
-        full = build(recs["train"], base, 0, notes=notes, **kw)
+        full = _line_dataset(recs["train"], base, 0, notes=notes, **kw)
         train, valid = split_students(full, (1 - valid_frac, valid_frac), seed)
         how = f"train = {files.train.name} minus a seeded {valid_frac:.0%} of its students as valid"
     else:
-        train = build(recs["train"], base, 0, notes=notes, **kw)
-        valid = build(recs["valid"], base, len(train), notes=notes, **kw)
+        train = _line_dataset(recs["train"], base, 0, notes=notes, **kw)
+        valid = _line_dataset(recs["valid"], base, len(train), notes=notes, **kw)
         how = f"train = {files.train.name}, valid = {files.valid.name} (the files' fold {fold})"
-    test = build(recs["test"], base, len(train) + len(valid), notes=notes, **kw)
+    test = _line_dataset(recs["test"], base, len(train) + len(valid), notes=notes, **kw)
     modes = {k: r.header for k, r in recs.items()}
     if len(set(modes.values())) == 1:
         heads = f"{recs['train'].header} header lines"
