@@ -173,11 +173,19 @@ def run_leaderboard(
     ray_address: str | None = None,
     on_error: str = "record",
     histories: Iterable[str] = ("window",),
+    variants: dict[str, dict] | None = None,
 ) -> pd.DataFrame:
     """Train `models` on each (data_dir, data_format) following `fold_plan`; rows as in
     `load_results`, in plan order (the simulator takes `simulator` keyword arguments,
     `overrides` maps a model name to config fields for it). Each row records the run's
     `wall_seconds`, `device_name` (GPU or CPU model) and the workbook's git `commit`.
+
+    `variants` names configurations of a registered model so that one profile can hold several
+    of them, each a row label of its own that `models` may list: label -> {"model": registered
+    name, **config fields}, e.g. {"ikt3_lambda0": {"model": "ikt3", "lambda_target": 0}} or
+    {"simakt_knn_only": {"model": "simakt", "similarity": "knn_only"}}. A variant's fields are
+    laid over `overrides` of its model; its rows carry the label as `model` and the registered
+    name as `variant_of`, so `kt_lib.stats.compare_pairs` pairs it like any model.
 
     With `results_file` the run is resumable: each finished run is merged into that JSON file
     (file lock, atomic rewrite; `load_results` reads it), and runs already in it with the same
@@ -195,6 +203,7 @@ def run_leaderboard(
 
     models = list(models)
     seeds = list(seeds)
+    configs = _model_configs(models, overrides or {}, variants or {})
     plan = [(d, f, fold, seed) for d, f in datasets for fold, seed in fold_plan(f, folds, seeds, d)]
     path = Path(results_file) if results_file is not None else None
     done = {
@@ -213,7 +222,7 @@ def run_leaderboard(
         kw = (simulator or {}) if data_format == "synthetic" else {}
         dataset = dataset_name(data_dir, data_format)
         for name in models:
-            model_overrides = (overrides or {}).get(name, {})
+            base, model_overrides = configs[name]
             key = run_key(
                 dataset,
                 name,
@@ -224,6 +233,7 @@ def run_leaderboard(
                     "train": settings,
                     "model": model_overrides,
                     "data": {"format": data_format, **kw},
+                    **({"variant_of": base} if base != name else {}),
                 },
             )
             if key in done:
@@ -231,17 +241,18 @@ def run_leaderboard(
                 continue
             index = len(rows)
             rows.append(None)
+            head = {"dataset": dataset, "model": name, "fold": fold, "seed": seed}
             heads[index] = (
-                {"dataset": dataset, "model": name, "fold": fold, "seed": seed},
+                {**head, "variant_of": base} if base != name else head,
                 {"data_format": data_format, "preset": preset, "run_key": key},
             )
             tasks.append(
                 {
                     "index": index,
-                    "model": name,
+                    "model": base,
                     "preset": preset,
                     "seed": seed,
-                    "label": None,
+                    "label": name if base != name else None,
                     "config": None,
                     "overrides": copy.deepcopy(model_overrides),
                     "train": train,
@@ -272,6 +283,35 @@ def run_leaderboard(
         if path is not None:
             add_runs(path, [row])
     return pd.DataFrame(rows)
+
+
+def _model_configs(
+    models: list[str], overrides: dict[str, dict], variants: dict[str, dict]
+) -> dict[str, tuple[str, dict]]:
+    """(registered model, config overrides) of each name in `models`: a model with its
+    `overrides`, or a variant label with its model's overrides and its own fields on top."""
+    from .models import MODELS
+
+    for label, spec in variants.items():
+        if label in MODELS:
+            raise ValueError(
+                f"variant {label!r} has the name of a registered model; give it another label"
+            )
+        if not isinstance(spec, dict) or spec.get("model") not in MODELS:
+            got = spec.get("model") if isinstance(spec, dict) else spec
+            raise ValueError(
+                f"variant {label!r} must name a registered model under 'model' (got {got!r}); "
+                f"models: {', '.join(sorted(MODELS))}"
+            )
+    configs = {}
+    for name in models:
+        if name in variants:
+            spec = dict(variants[name])
+            base = spec.pop("model")
+            configs[name] = (base, {**overrides.get(base, {}), **spec})
+        else:  # a name that is not registered fails in its run, recorded like any failure
+            configs[name] = (name, dict(overrides.get(name, {})))
+    return configs
 
 
 def leaderboard(

@@ -495,6 +495,68 @@ def test_leaderboard_resumes_from_its_results_file(tmp_path, monkeypatch):
         )
 
 
+def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
+    """A variant trains its registered model with the model's overrides and its own fields on
+    top, carries its label as `model`, keys its runs apart from the base's, and pairs with it."""
+    from kt_lib.stats import compare_pairs
+
+    sim = dict(num_students=30, seq_len=10, num_c=4)
+    kw = dict(seeds=[0, 1], simulator=sim, progress=False)
+    variants = {"dkt_narrow": {"model": "dkt", "d": 4}, "dkt_deep": {"model": "dkt", "n_layers": 2}}
+    runs = lb.run_leaderboard(
+        [(None, "synthetic")],
+        ["dkt", "dkt_narrow", "dkt_deep"],
+        TINY_TRAIN,
+        overrides={"dkt": {"d": 6}},
+        variants=variants,
+        results_file=tmp_path / "board.json",
+        **kw,
+    )
+    assert runs["model"].tolist() == ["dkt", "dkt_narrow", "dkt_deep"] * 2
+    assert runs["variant_of"].isna().tolist() == [True, False, False] * 2
+    assert set(runs["variant_of"].dropna()) == {"dkt"}
+    params = runs.groupby("model")["params"].first()
+    # d=6 from the model's overrides, d=4 from the variant, d=6 + 2 layers for the deep one
+    assert params["dkt_narrow"] < params["dkt"] < params["dkt_deep"]
+    assert runs["run_key"].is_unique
+    assert set(lb.load_results(tmp_path / "board.json")["model"]) == set(runs["model"])
+    paired = compare_pairs(runs, ["dkt_narrow:dkt"])
+    assert paired["n_pairs"].iloc[0] == 2
+    for bad, match in (
+        ({"dkt": {"model": "dkt"}}, "name of a registered model"),
+        ({"x": {"d": 4}}, "must name a registered model"),
+        ({"x": {"model": "no_such_model"}}, "must name a registered model"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            lb.run_leaderboard([(None, "synthetic")], ["x"], TINY_TRAIN, variants=bad, **kw)
+
+
+def test_full_profile_variants_build_and_pairs_name_its_models():
+    """The full profile's variants name registered models with valid fields, and every pair it
+    asks for compares two of its models."""
+    from pathlib import Path
+
+    import yaml
+
+    from kt_lib.data import load_bundle
+    from kt_lib.models import MODELS, build_model
+
+    root = Path(reports.__file__).resolve().parents[1]
+    full = yaml.safe_load((root / "notebooks" / "params" / "full.yaml").read_text())
+    params = reports.notebook_params(full, root / "notebooks" / "10_compare_models.ipynb")
+    models, variants = params["models"], params["variants"]
+    assert set(variants) <= set(models)
+    assert all(set(pair) <= set(models) for pair in params["pairs"])
+    configs = lb._model_configs(models, params["overrides"], variants)
+    assert configs["ikt3_lambda0"] == ("ikt3", {"warmup": 10, "lambda_target": 0.0})
+    data = load_bundle(None, "synthetic", num_students=20, seq_len=10, num_c=4).train
+    for label in variants:
+        name, fields = configs[label]
+        model = build_model(name, dataset=data, preset="tiny", **fields)
+        assert isinstance(model, MODELS[name])
+        assert all(getattr(model.config, k) == v for k, v in fields.items())
+
+
 def test_report_overrides_parse_as_yaml():
     assert reports.parse_overrides(["threads=1", "models=[dkt, sakt]", "x=null"]) == {
         "threads": 1,
