@@ -174,6 +174,7 @@ def run_leaderboard(
     on_error: str = "record",
     histories: Iterable[str] = ("window",),
     variants: dict[str, dict] | None = None,
+    dataset_overrides: dict[str, dict[str, dict]] | None = None,
 ) -> pd.DataFrame:
     """Train `models` on each (data_dir, data_format) following `fold_plan`; rows as in
     `load_results`, in plan order (the simulator takes `simulator` keyword arguments,
@@ -186,6 +187,9 @@ def run_leaderboard(
     {"simakt_knn_only": {"model": "simakt", "similarity": "knn_only"}}. A variant's fields are
     laid over `overrides` of its model; its rows carry the label as `model` and the registered
     name as `variant_of`, so `kt_lib.stats.compare_pairs` pairs it like any model.
+    `dataset_overrides` maps a dataset name (`dataset_name`: the folder's) to {model or variant
+    label: fields} laid over everything else on that dataset alone, e.g. smaller SimAKT banks
+    where the training students are few.
 
     With `results_file` the run is resumable: each finished run is merged into that JSON file
     (file lock, atomic rewrite; `load_results` reads it), and runs already in it with the same
@@ -205,6 +209,7 @@ def run_leaderboard(
     seeds = list(seeds)
     configs = _model_configs(models, overrides or {}, variants or {})
     plan = [(d, f, fold, seed) for d, f in datasets for fold, seed in fold_plan(f, folds, seeds, d)]
+    per_dataset = _check_dataset_overrides(dataset_overrides or {}, variants or {})
     path = Path(results_file) if results_file is not None else None
     done = {
         r["run_key"]: r
@@ -223,6 +228,7 @@ def run_leaderboard(
         dataset = dataset_name(data_dir, data_format)
         for name in models:
             base, model_overrides = configs[name]
+            model_overrides = {**model_overrides, **per_dataset.get(dataset, {}).get(name, {})}
             key = run_key(
                 dataset,
                 name,
@@ -312,6 +318,26 @@ def _model_configs(
         else:  # a name that is not registered fails in its run, recorded like any failure
             configs[name] = (name, dict(overrides.get(name, {})))
     return configs
+
+
+def _check_dataset_overrides(
+    given: dict[str, dict[str, dict]], variants: dict[str, dict]
+) -> dict[str, dict[str, dict]]:
+    """`dataset_overrides` as given, refusing a name that is neither a registered model nor a
+    variant (a typo would otherwise change nothing, silently). Datasets and models the plan
+    does not hold are allowed: a profile's file may be run a part at a time."""
+    from .models import MODELS
+
+    for dataset, per_model in given.items():
+        if not isinstance(per_model, dict):
+            raise ValueError(f"dataset_overrides[{dataset!r}] must map model names to fields")
+        for name, fields in per_model.items():
+            if (name not in MODELS and name not in variants) or not isinstance(fields, dict):
+                raise ValueError(
+                    f"dataset_overrides[{dataset!r}] names {name!r} with {fields!r}: expected a "
+                    "registered model or a variant label with a mapping of fields"
+                )
+    return given
 
 
 def leaderboard(

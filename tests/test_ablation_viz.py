@@ -522,6 +522,27 @@ def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
     assert set(lb.load_results(tmp_path / "board.json")["model"]) == set(runs["model"])
     paired = compare_pairs(runs, ["dkt_narrow:dkt"])
     assert paired["n_pairs"].iloc[0] == 2
+    # per-dataset fields go over everything else, on that dataset only
+    per_dataset = {"synthetic": {"dkt_narrow": {"d": 3}}, "assist2009": {"dkt": {"d": 50}}}
+    again = lb.run_leaderboard(
+        [(None, "synthetic")],
+        ["dkt", "dkt_narrow"],
+        TINY_TRAIN,
+        overrides={"dkt": {"d": 6}},
+        variants=variants,
+        dataset_overrides=per_dataset,
+        **kw,
+    )
+    sizes = again.groupby("model")["params"].first()
+    assert sizes["dkt"] == params["dkt"] and sizes["dkt_narrow"] < params["dkt_narrow"]
+    with pytest.raises(ValueError, match="'dkt_wide'"):
+        lb.run_leaderboard(
+            [(None, "synthetic")],
+            ["dkt"],
+            TINY_TRAIN,
+            dataset_overrides={"synthetic": {"dkt_wide": {"d": 3}}},
+            **kw,
+        )
     for bad, match in (
         ({"dkt": {"model": "dkt"}}, "name of a registered model"),
         ({"x": {"d": 4}}, "must name a registered model"),
@@ -555,6 +576,39 @@ def test_full_profile_variants_build_and_pairs_name_its_models():
         model = build_model(name, dataset=data, preset="tiny", **fields)
         assert isinstance(model, MODELS[name])
         assert all(getattr(model.config, k) == v for k, v in fields.items())
+    lb._check_dataset_overrides(params["dataset_overrides"], variants)
+
+
+def test_full_profile_simakt_banks_fit_statics2011():
+    """Statics2011's 183 training students cannot fill 2 bank folds of 100 clusters: the full
+    profile's per-dataset overrides give every SimAKT row there banks it can build."""
+    from pathlib import Path
+
+    import yaml
+
+    from kt_lib.data import load_bundle
+    from kt_lib.models import build_model
+
+    root = Path(reports.__file__).resolve().parents[1]
+    data_dir = root.parent / "shared" / "data" / "statics2011"
+    if not data_dir.is_dir():
+        pytest.skip("../shared/data/statics2011 is not here")
+    full = yaml.safe_load((root / "notebooks" / "params" / "full.yaml").read_text())
+    params = reports.notebook_params(full, root / "notebooks" / "10_compare_models.ipynb")
+    train = load_bundle(data_dir, "line3", seed=0).train
+    simakt = [m for m in params["models"] if m == "simakt" or m.startswith("simakt_")]
+    configs = lb._model_configs(simakt, params["overrides"], params["variants"])
+    with pytest.raises(ValueError, match="n_clusters=100 is larger than the bank"):
+        build_model("simakt", dataset=train, preset="tiny", similarity="cluster_only").prepare(train)
+    for label in simakt:
+        name, fields = configs[label]
+        fields = {**fields, **params["dataset_overrides"]["statics2011"].get(label, {})}
+        # tiny sizes: the banks' sizes come from the similarity config alone
+        model = build_model(name, dataset=train, preset="tiny", **fields)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # KNN banks keep every student, and say so
+            model.prepare(train)
+        assert model.banks(), label
 
 
 def test_report_overrides_parse_as_yaml():

@@ -906,6 +906,22 @@ def test_with_settings_changes_typed_fields_once():
     assert MemoryConfig().kmeans_n_init == 10 and MemoryConfig().min_length == 5  # the seed's
 
 
+def test_base_form_is_a_preset_with_settings():
+    """{base: preset, setting: value} is the preset through with_settings, in a model config
+    too (it stays a plain mapping, so checkpoints keep it), and its errors name the setting."""
+    spec = {"base": "cluster_only", "n_clusters": 30, "cluster_weight": 0.5}
+    assert load_simakt_config(spec) == load_simakt_config("cluster_only").with_settings(
+        n_clusters=30, cluster_weight=0.5
+    )
+    model = build_model("simakt", preset="tiny", num_c=4, similarity=spec)
+    assert model.config.similarity == spec
+    assert model.config.similarity_config().heads[0].params.n_clusters == 30
+    with pytest.raises(ValueError, match=r"unknown SimAKT setting\(s\) \['clusters'\]"):
+        load_simakt_config({"base": "cluster_only", "clusters": 3})
+    with pytest.raises(ValueError, match="base must name a SimAKT preset"):
+        load_simakt_config({"base": 3})
+
+
 # -- new heads, metrics, sampling and strategies: causal and self-excluding --------------------
 
 

@@ -16,6 +16,9 @@ Accepted forms (YAML/JSON file, shipped preset name, or mapping), as the seed wr
   and a KNN module) + `cluster_config` / `knn_config` / `temporal_config` (on every head), and
   `large_dataset` / `small_dataset` (Example 4). Without `approach`: dual if a head section is
   given, else none. `inter_heads: 0` (or approach none) builds no inter head: DTransformer.
+- `{base: <preset or file>, <setting>: value, ...}`: that config with settings changed
+  (`SimilarityConfig.with_settings`: n_clusters, memory_size, k_neighbors, <type>_weight, ...),
+  e.g. {base: cluster_only, n_clusters: 40} for a dataset too small for 100 clusters.
 - Wrappers `similarity_config: {...}` / `step_2_modular_config: {...}` hold one config;
   `similarity_approaches: {name: ...}`, `step_2_configurations: {name: ...}` and bare mappings
   of names to configs hold several: pick one with `name=` or `file.json:name`.
@@ -620,6 +623,16 @@ def parse_similarity(data: dict | None, source: str = "", warn: bool = True) -> 
     if len(data) == 1 and next(iter(data)) in WRAPPERS:
         key = next(iter(data))
         return parse_similarity(data[key], f"{where}{key}", warn)
+    if "base" in data:  # {base: <preset or file>, <setting>: value, ...}: see with_settings
+        settings = {k: v for k, v in data.items() if k != "base"}
+        require(
+            isinstance(data["base"], str),
+            f"{where}base must name a SimAKT preset or config file, got {data['base']!r}",
+        )
+        try:
+            return load_simakt_config(data["base"], warn=warn).with_settings(**settings)
+        except ValueError as exc:
+            raise ValueError(f"{where}{exc}") from exc
     if _entries(data) is not None:
         raise ValueError(
             f"{where}this holds several similarity configs ({', '.join(_entries(data))}): "
