@@ -599,7 +599,8 @@ def test_full_profile_simakt_banks_fit_statics2011():
     simakt = [m for m in params["models"] if m == "simakt" or m.startswith("simakt_")]
     configs = lb._model_configs(simakt, params["overrides"], params["variants"])
     with pytest.raises(ValueError, match="n_clusters=100 is larger than the bank"):
-        build_model("simakt", dataset=train, preset="tiny", similarity="cluster_only").prepare(train)
+        model = build_model("simakt", dataset=train, preset="tiny", similarity="cluster_only")
+        model.prepare(train)
     for label in simakt:
         name, fields = configs[label]
         fields = {**fields, **params["dataset_overrides"]["statics2011"].get(label, {})}
