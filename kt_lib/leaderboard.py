@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import dataclasses
 import hashlib
 import json
 import math
@@ -75,8 +76,8 @@ def load_results(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
 
 
 def has_fold_files(data_dir: str | Path | None, data_format: str) -> bool:
-    """Whether a folder carries its own folds: line3/line4 `*_train1.csv` (Statics2011 has only
-    train/test files), pykt always (a `fold` column); unknown without a folder."""
+    """Whether a folder carries its own folds: line3/line4 `*_train1.csv` (a folder with only
+    train/test files has none), pykt always (a `fold` column); unknown without a folder."""
     if data_format == "pykt":
         return True
     if data_format in ("line3", "line4"):
@@ -185,11 +186,12 @@ def run_leaderboard(
     of them, each a row label of its own that `models` may list: label -> {"model": registered
     name, **config fields}, e.g. {"ikt3_lambda0": {"model": "ikt3", "lambda_target": 0}} or
     {"simakt_knn_only": {"model": "simakt", "similarity": "knn_only"}}. A variant's fields are
-    laid over `overrides` of its model; its rows carry the label as `model` and the registered
-    name as `variant_of`, so `kt_lib.stats.compare_pairs` pairs it like any model.
-    `dataset_overrides` maps a dataset name (`dataset_name`: the folder's) to {model or variant
-    label: fields} laid over everything else on that dataset alone, e.g. smaller SimAKT banks
-    where the training students are few.
+    laid over `overrides` of its model (and `overrides[label]` over them); its rows carry the
+    label as `model` and the registered name as `variant_of`, so `kt_lib.stats.compare_pairs`
+    pairs it like any model. `dataset_overrides` maps a dataset name (`dataset_name`: the
+    folder's) to {model or variant label: fields} laid over everything else on that dataset
+    alone (an entry for a model does not reach its variants), e.g. smaller SimAKT banks where
+    the training students are few. Fields a model does not have are refused before any run.
 
     With `results_file` the run is resumable: each finished run is merged into that JSON file
     (file lock, atomic rewrite; `load_results` reads it), and runs already in it with the same
@@ -291,11 +293,33 @@ def run_leaderboard(
     return pd.DataFrame(rows)
 
 
+# run_experiment's own keywords: a model config field cannot take these names
+_RUN_KEYWORDS = frozenset(
+    ("model_config", "train_config", "seed", "preset", "label", "histories", "on_epoch")
+)
+
+
+def _check_fields(where: str, model: str, fields) -> None:
+    """Refuse config fields that model `model` does not have (a typo would fail every run)."""
+    from .models import MODELS
+
+    if not isinstance(fields, dict):
+        raise ValueError(f"{where}: expected a mapping of config fields, got {fields!r}")
+    known = {f.name for f in dataclasses.fields(MODELS[model].config_cls)} - _RUN_KEYWORDS
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(
+            f"{where}: {model} has no config field(s) {unknown}; fields: {', '.join(sorted(known))}"
+        )
+
+
 def _model_configs(
     models: list[str], overrides: dict[str, dict], variants: dict[str, dict]
 ) -> dict[str, tuple[str, dict]]:
     """(registered model, config overrides) of each name in `models`: a model with its
-    `overrides`, or a variant label with its model's overrides and its own fields on top."""
+    `overrides`, or a variant label with its model's overrides, its own fields and then
+    `overrides[label]` on top (each merge is shallow: a `similarity` mapping replaces the whole
+    similarity config)."""
     from .models import MODELS
 
     for label, spec in variants.items():
@@ -303,18 +327,20 @@ def _model_configs(
             raise ValueError(
                 f"variant {label!r} has the name of a registered model; give it another label"
             )
-        if not isinstance(spec, dict) or spec.get("model") not in MODELS:
-            got = spec.get("model") if isinstance(spec, dict) else spec
+        base = spec.get("model") if isinstance(spec, dict) else spec
+        if not isinstance(base, str) or base not in MODELS:
             raise ValueError(
-                f"variant {label!r} must name a registered model under 'model' (got {got!r}); "
+                f"variant {label!r} must name a registered model under 'model' (got {base!r}); "
                 f"models: {', '.join(sorted(MODELS))}"
             )
+        _check_fields(f"variant {label!r}", base, {k: v for k, v in spec.items() if k != "model"})
     configs = {}
     for name in models:
         if name in variants:
             spec = dict(variants[name])
             base = spec.pop("model")
-            configs[name] = (base, {**overrides.get(base, {}), **spec})
+            merged = {**overrides.get(base, {}), **spec, **overrides.get(name, {})}
+            configs[name] = (base, merged)
         else:  # a name that is not registered fails in its run, recorded like any failure
             configs[name] = (name, dict(overrides.get(name, {})))
     return configs
@@ -324,19 +350,23 @@ def _check_dataset_overrides(
     given: dict[str, dict[str, dict]], variants: dict[str, dict]
 ) -> dict[str, dict[str, dict]]:
     """`dataset_overrides` as given, refusing a name that is neither a registered model nor a
-    variant (a typo would otherwise change nothing, silently). Datasets and models the plan
-    does not hold are allowed: a profile's file may be run a part at a time."""
+    variant, and fields its model does not have (a typo would otherwise change nothing, or fail
+    every run). An entry for a variant label reaches that variant alone, not the model's other
+    variants. Datasets and models the plan does not hold are allowed: a profile's file may be
+    run a part at a time."""
     from .models import MODELS
 
     for dataset, per_model in given.items():
         if not isinstance(per_model, dict):
             raise ValueError(f"dataset_overrides[{dataset!r}] must map model names to fields")
         for name, fields in per_model.items():
-            if (name not in MODELS and name not in variants) or not isinstance(fields, dict):
+            if name not in MODELS and name not in variants:
                 raise ValueError(
-                    f"dataset_overrides[{dataset!r}] names {name!r} with {fields!r}: expected a "
-                    "registered model or a variant label with a mapping of fields"
+                    f"dataset_overrides[{dataset!r}] names {name!r}: expected a registered "
+                    "model or a variant label"
                 )
+            base = variants[name]["model"] if name in variants else name
+            _check_fields(f"dataset_overrides[{dataset!r}][{name!r}]", base, fields)
     return given
 
 

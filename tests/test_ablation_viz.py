@@ -535,18 +535,43 @@ def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
     )
     sizes = again.groupby("model")["params"].first()
     assert sizes["dkt"] == params["dkt"] and sizes["dkt_narrow"] < params["dkt_narrow"]
-    with pytest.raises(ValueError, match="'dkt_wide'"):
-        lb.run_leaderboard(
+    for bad, match in (
+        ({"synthetic": {"dkt_wide": {"d": 3}}}, "'dkt_wide'"),
+        ({"synthetic": {"dkt_narrow": {"width": 3}}}, r"\['synthetic'\]\['dkt_narrow'\]"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            lb.run_leaderboard(
+                [(None, "synthetic")],
+                ["dkt"],
+                TINY_TRAIN,
+                variants=variants,
+                dataset_overrides=bad,
+                **kw,
+            )
+    # overrides[label] goes over the variant's own fields; a variant's failed run keeps its label
+    with pytest.warns(RuntimeWarning, match="2 of 4 runs failed"):
+        more = lb.run_leaderboard(
             [(None, "synthetic")],
-            ["dkt"],
+            ["dkt_narrow", "dkt_broken"],
             TINY_TRAIN,
-            dataset_overrides={"synthetic": {"dkt_wide": {"d": 3}}},
+            overrides={"dkt_narrow": {"d": 5}},
+            variants={**variants, "dkt_broken": {"model": "dkt", "n_layers": 0}},
             **kw,
         )
+    narrow = more[more.model == "dkt_narrow"]
+    assert (narrow["params"] > params["dkt_narrow"]).all() and narrow["error"].isna().all()
+    broken = more[more.model == "dkt_broken"]
+    assert broken["variant_of"].eq("dkt").all() and broken["error"].str.contains("n_layers").all()
     for bad, match in (
         ({"dkt": {"model": "dkt"}}, "name of a registered model"),
         ({"x": {"d": 4}}, "must name a registered model"),
         ({"x": {"model": "no_such_model"}}, "must name a registered model"),
+        ({"x": {"model": ["dkt"]}}, "must name a registered model"),
+        (
+            {"x": {"model": "dkt", "hidden": 4}},
+            r"variant 'x': dkt has no config field\(s\) \['hidden'\]",
+        ),
+        ({"x": {"model": "dkt", "seed": 3}}, r"no config field\(s\) \['seed'\]"),
     ):
         with pytest.raises(ValueError, match=match):
             lb.run_leaderboard([(None, "synthetic")], ["x"], TINY_TRAIN, variants=bad, **kw)
@@ -577,11 +602,17 @@ def test_full_profile_variants_build_and_pairs_name_its_models():
         assert isinstance(model, MODELS[name])
         assert all(getattr(model.config, k) == v for k, v in fields.items())
     lb._check_dataset_overrides(params["dataset_overrides"], variants)
+    for per_model in params["dataset_overrides"].values():  # their configs parse and build
+        for label, fields in per_model.items():
+            name, merged = configs[label]
+            model = build_model(name, dataset=data, preset="tiny", **{**merged, **fields})
+            assert isinstance(model, MODELS[name])
 
 
 def test_full_profile_simakt_banks_fit_statics2011():
-    """Statics2011's 183 training students cannot fill 2 bank folds of 100 clusters: the full
-    profile's per-dataset overrides give every SimAKT row there banks it can build."""
+    """Statics2011's folds hold 176-193 training students, too few to fill 2 bank folds of 100
+    clusters: the full profile's per-dataset overrides give every SimAKT row there banks it can
+    build, on its smallest fold (3) and its largest (1)."""
     from pathlib import Path
 
     import yaml
@@ -595,21 +626,23 @@ def test_full_profile_simakt_banks_fit_statics2011():
         pytest.skip("../shared/data/statics2011 is not here")
     full = yaml.safe_load((root / "notebooks" / "params" / "full.yaml").read_text())
     params = reports.notebook_params(full, root / "notebooks" / "10_compare_models.ipynb")
-    train = load_bundle(data_dir, "line3", seed=0).train
+    assert lb.fold_plan("line3", params["folds"], [0], data_dir)[0] == (1, 0)  # the files' folds
     simakt = [m for m in params["models"] if m == "simakt" or m.startswith("simakt_")]
     configs = lb._model_configs(simakt, params["overrides"], params["variants"])
-    with pytest.raises(ValueError, match="n_clusters=100 is larger than the bank"):
-        model = build_model("simakt", dataset=train, preset="tiny", similarity="cluster_only")
-        model.prepare(train)
-    for label in simakt:
-        name, fields = configs[label]
-        fields = {**fields, **params["dataset_overrides"]["statics2011"].get(label, {})}
-        # tiny sizes: the banks' sizes come from the similarity config alone
-        model = build_model(name, dataset=train, preset="tiny", **fields)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # KNN banks keep every student, and say so
+    for fold in (3, 1):
+        train = load_bundle(data_dir, "line3", fold=fold).train
+        with pytest.raises(ValueError, match="n_clusters=100 is larger than the bank"):
+            model = build_model("simakt", dataset=train, preset="tiny", similarity="cluster_only")
             model.prepare(train)
-        assert model.banks(), label
+        for label in simakt:
+            name, fields = configs[label]
+            fields = {**fields, **params["dataset_overrides"]["statics2011"].get(label, {})}
+            # tiny sizes: the banks' sizes come from the similarity config alone
+            model = build_model(name, dataset=train, preset="tiny", **fields)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # KNN banks keep every student, and say so
+                model.prepare(train)
+            assert model.banks(), (label, fold)
 
 
 def test_report_overrides_parse_as_yaml():

@@ -623,6 +623,11 @@ def parse_similarity(data: dict | None, source: str = "", warn: bool = True) -> 
     if len(data) == 1 and next(iter(data)) in WRAPPERS:
         key = next(iter(data))
         return parse_similarity(data[key], f"{where}{key}", warn)
+    if _entries(data) is not None:
+        raise ValueError(
+            f"{where}this holds several similarity configs ({', '.join(_entries(data))}): "
+            "pick one by name (load_simakt_config(spec, name=...) or 'file.json:name')"
+        )
     if "base" in data:  # {base: <preset or file>, <setting>: value, ...}: see with_settings
         settings = {k: v for k, v in data.items() if k != "base"}
         require(
@@ -633,11 +638,6 @@ def parse_similarity(data: dict | None, source: str = "", warn: bool = True) -> 
             return load_simakt_config(data["base"], warn=warn).with_settings(**settings)
         except ValueError as exc:
             raise ValueError(f"{where}{exc}") from exc
-    if _entries(data) is not None:
-        raise ValueError(
-            f"{where}this holds several similarity configs ({', '.join(_entries(data))}): "
-            "pick one by name (load_simakt_config(spec, name=...) or 'file.json:name')"
-        )
     step2 = isinstance(data.get("inter_heads"), list)
     sim = (_parse_step2 if step2 else _parse_step1)(dict(data), where, source)
     require(
