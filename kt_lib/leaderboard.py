@@ -370,6 +370,78 @@ def _check_dataset_overrides(
     return given
 
 
+def check_plan(
+    datasets: Iterable[tuple[str | None, str]],
+    models: Iterable[str],
+    preset: str = "tiny",
+    seeds: Iterable[int] = (0,),
+    folds: int = 0,
+    simulator: dict | None = None,
+    overrides: dict[str, dict] | None = None,
+    variants: dict[str, dict] | None = None,
+    dataset_overrides: dict[str, dict[str, dict]] | None = None,
+    max_len: int = 200,
+    windows: int = 4,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """A dry run of a `run_leaderboard` plan, before its GPU hours are spent: on each dataset's
+    first fold (or seed) and for each model, build the model with the config its runs would
+    get, `prepare` it on the training split (memory banks, reference models) and take one loss
+    and backward pass on `windows` training windows. One row per (dataset, model): ok, seconds,
+    the warnings raised and the error of a cell that failed (a finite loss is checked too)."""
+    import time
+    import warnings
+
+    import torch
+    from tqdm.auto import tqdm
+
+    from .data import load_bundle
+    from .data.dataset import Window, collate
+    from .models import build_model
+
+    models = list(models)
+    configs = _model_configs(models, overrides or {}, variants or {})
+    per_dataset = _check_dataset_overrides(dataset_overrides or {}, variants or {})
+    rows = []
+    bar = tqdm(total=len(list(datasets)) * len(models), desc="check", disable=not progress)
+    for data_dir, data_format in datasets:
+        fold, seed = fold_plan(data_format, folds, list(seeds), data_dir)[0]
+        kw = (simulator or {}) if data_format == "synthetic" else {}
+        train = load_bundle(data_dir, data_format, fold=fold, seed=seed, **kw).train
+        dataset = dataset_name(data_dir, data_format)
+        for name in models:
+            base, fields = configs[name]
+            fields = {**fields, **per_dataset.get(dataset, {}).get(name, {})}
+            row = {"dataset": dataset, "model": name, "fold": fold, "ok": False, "error": None}
+            t0 = time.perf_counter()
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    torch.manual_seed(seed)
+                    model = build_model(base, dataset=train, preset=preset, **fields)
+                    model.prepare(train)
+                    model.train()
+                    batch = collate(
+                        train,
+                        [Window(i, 0, min(len(s), max_len)) for i, s in enumerate(train.students)][
+                            :windows
+                        ],
+                    )
+                    loss = model.loss(model(batch), batch)["total"]
+                    loss.backward()
+                row["ok"] = bool(torch.isfinite(loss))
+                if not row["ok"]:
+                    row["error"] = f"non-finite loss {float(loss)}"
+                row["warnings"] = "; ".join(sorted({str(w.message) for w in caught}))
+            except Exception as exc:  # the cell would fail in every run: say why
+                row["error"] = f"{type(exc).__name__}: {exc}"
+            row["seconds"] = round(time.perf_counter() - t0, 1)
+            rows.append(row)
+            bar.update()
+    bar.close()
+    return pd.DataFrame(rows)
+
+
 def leaderboard(
     table: pd.DataFrame,
     metrics: Iterable[str] = METRICS,

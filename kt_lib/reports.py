@@ -15,6 +15,7 @@ A notebook that fails still gets its row (and whatever summary it produced befor
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import html
 import json
@@ -28,6 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
+COMPARE = NOTEBOOKS / "10_compare_models.ipynb"  # the leaderboard notebook (`check`)
 PACKAGES = [
     "torch",
     "numpy",
@@ -298,8 +300,58 @@ def main(argv: list[str] | None = None) -> None:
         metavar="KEY=VALUE",
         help="parameter overrides (YAML values), e.g. --set threads=1 'models=[dkt, sakt]'",
     )
+    c = sub.add_parser(
+        "check",
+        help="dry-run notebook 10's leaderboard plan of a profile: every (dataset, model) cell "
+        "builds, prepares and takes one training step (leaderboard.check_plan)",
+    )
+    c.add_argument("--profile", default="quick")
+    c.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
     a = p.parse_args(argv)
+    if a.cmd == "check":
+        board = check(a.profile, parse_overrides(a.set))
+        if not board["ok"].all():
+            raise SystemExit(f"{int((~board['ok']).sum())} cell(s) of the plan fail")
+        return
     run(a.profile, a.notebooks, a.out, a.inplace, parse_overrides(a.set))
+
+
+def check(profile: str = "quick", overrides: dict | None = None):
+    """`leaderboard.check_plan` over notebook 10's plan in `profile` (with `overrides`, over the
+    notebook's own defaults); prints the table and returns it."""
+    import ast
+
+    import papermill as pm
+
+    from .leaderboard import check_plan, to_markdown
+
+    params = {}
+    for name, info in pm.inspect_notebook(str(COMPARE)).items():
+        with contextlib.suppress(ValueError, SyntaxError):
+            params[name] = ast.literal_eval(info["default"])
+    params.update(notebook_params(load_profile(profile), COMPARE))
+    params.update(overrides or {})
+    plan = [tuple(d) for d in params["datasets"]]
+    if params["simulator"]:
+        plan.append((None, "synthetic"))
+    given = params["overrides"] or {}
+    board = check_plan(
+        plan,
+        params["models"],
+        preset=params["preset"],
+        seeds=params["seeds"],
+        folds=params["folds"],
+        simulator={k: params[k] for k in ("num_students", "seq_len", "num_c")},
+        overrides={
+            **given,
+            "idkt": {"bkt_max_iter": params["bkt_max_iter"], **given.get("idkt", {})},
+        },
+        variants=params["variants"] or {},
+        dataset_overrides=params["dataset_overrides"] or {},
+        max_len=params["max_len"],
+    )
+    print(to_markdown(board.drop(columns=["warnings"]), index=False))
+    return board
 
 
 def parse_overrides(items: list[str]) -> dict:

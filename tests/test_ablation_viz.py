@@ -645,6 +645,45 @@ def test_full_profile_simakt_banks_fit_statics2011():
             assert model.banks(), (label, fold)
 
 
+def test_check_plan_finds_the_cells_that_would_fail(capsys):
+    """The dry run builds, prepares and steps every cell; a cell whose runs would all fail (banks
+    too small for the clusters asked, a config a model refuses) is reported with its error,
+    and `reports check` exits non-zero on it."""
+    sim = dict(num_students=40, seq_len=12, num_c=4)
+    variants = {
+        "simakt_big": {"model": "simakt", "similarity": "cluster_only"},  # 100 clusters
+        "dkt_broken": {"model": "dkt", "n_layers": 0},
+    }
+    board = lb.check_plan(
+        [(None, "synthetic")],
+        ["dkt", "simakt_big", "dkt_broken"],
+        seeds=[0],
+        simulator=sim,
+        variants=variants,
+        progress=False,
+    )
+    assert board["model"].tolist() == ["dkt", "simakt_big", "dkt_broken"]
+    assert board["ok"].tolist() == [True, False, False]
+    assert board["error"].iloc[1].startswith("ValueError: n_clusters=100 is larger than the bank")
+    assert "n_layers must be >= 1" in board["error"].iloc[2]
+    fixed = {"synthetic": {"simakt_big": {"similarity": {"base": "cluster_only", "n_clusters": 3}}}}
+    again = lb.check_plan(
+        [(None, "synthetic")],
+        ["simakt_big"],
+        simulator=sim,
+        variants=variants,
+        dataset_overrides=fixed,
+        progress=False,
+    )
+    assert again["ok"].all() and again["seconds"].ge(0).all()
+    with pytest.raises(SystemExit, match="1 cell"):
+        reports.main(
+            ["check", "--profile", "quick", "--set", "models=[dkt, simakt_big]", "num_students=40"]
+            + ["variants={simakt_big: {model: simakt, similarity: cluster_only}}"]
+        )
+    assert "| synthetic | simakt_big |" in capsys.readouterr().out
+
+
 def test_report_overrides_parse_as_yaml():
     assert reports.parse_overrides(["threads=1", "models=[dkt, sakt]", "x=null"]) == {
         "threads": 1,
