@@ -399,11 +399,11 @@ def check_plan(
     from .data.dataset import Window, collate
     from .models import build_model
 
-    models = list(models)
+    datasets, models = list(datasets), list(models)
     configs = _model_configs(models, overrides or {}, variants or {})
     per_dataset = _check_dataset_overrides(dataset_overrides or {}, variants or {})
     rows = []
-    bar = tqdm(total=len(list(datasets)) * len(models), desc="check", disable=not progress)
+    bar = tqdm(total=len(datasets) * len(models), desc="check", disable=not progress)
     for data_dir, data_format in datasets:
         fold, seed = fold_plan(data_format, folds, list(seeds), data_dir)[0]
         kw = (simulator or {}) if data_format == "synthetic" else {}
@@ -413,6 +413,7 @@ def check_plan(
             base, fields = configs[name]
             fields = {**fields, **per_dataset.get(dataset, {}).get(name, {})}
             row = {"dataset": dataset, "model": name, "fold": fold, "ok": False, "error": None}
+            row["warnings"] = ""
             t0 = time.perf_counter()
             try:
                 with warnings.catch_warnings(record=True) as caught:
@@ -421,11 +422,9 @@ def check_plan(
                     model = build_model(base, dataset=train, preset=preset, **fields)
                     model.prepare(train)
                     model.train()
+                    first = train.students[:windows]
                     batch = collate(
-                        train,
-                        [Window(i, 0, min(len(s), max_len)) for i, s in enumerate(train.students)][
-                            :windows
-                        ],
+                        train, [Window(i, 0, min(len(s), max_len)) for i, s in enumerate(first)]
                     )
                     loss = model.loss(model(batch), batch)["total"]
                     loss.backward()

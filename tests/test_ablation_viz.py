@@ -655,7 +655,7 @@ def test_check_plan_finds_the_cells_that_would_fail(capsys):
         "dkt_broken": {"model": "dkt", "n_layers": 0},
     }
     board = lb.check_plan(
-        [(None, "synthetic")],
+        iter([(None, "synthetic")]),  # any iterable
         ["dkt", "simakt_big", "dkt_broken"],
         seeds=[0],
         simulator=sim,
