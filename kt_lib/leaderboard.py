@@ -209,9 +209,8 @@ def run_leaderboard(
 
     models = list(models)
     seeds = list(seeds)
-    configs = _model_configs(models, overrides or {}, variants or {})
+    config_of = _cell_configs(models, overrides, variants, dataset_overrides)
     plan = [(d, f, fold, seed) for d, f in datasets for fold, seed in fold_plan(f, folds, seeds, d)]
-    per_dataset = _check_dataset_overrides(dataset_overrides or {}, variants or {})
     path = Path(results_file) if results_file is not None else None
     done = {
         r["run_key"]: r
@@ -229,8 +228,7 @@ def run_leaderboard(
         kw = (simulator or {}) if data_format == "synthetic" else {}
         dataset = dataset_name(data_dir, data_format)
         for name in models:
-            base, model_overrides = configs[name]
-            model_overrides = {**model_overrides, **per_dataset.get(dataset, {}).get(name, {})}
+            base, model_overrides = config_of(dataset, name)
             key = run_key(
                 dataset,
                 name,
@@ -370,6 +368,24 @@ def _check_dataset_overrides(
     return given
 
 
+def _cell_configs(
+    models: list[str],
+    overrides: dict[str, dict] | None,
+    variants: dict[str, dict] | None,
+    dataset_overrides: dict[str, dict[str, dict]] | None,
+):
+    """Validate a plan's model settings once and return `config_of(dataset, name)` -> (registered
+    model, config fields) of one cell: `_model_configs`, then that dataset's overrides on top."""
+    configs = _model_configs(models, overrides or {}, variants or {})
+    per_dataset = _check_dataset_overrides(dataset_overrides or {}, variants or {})
+
+    def config_of(dataset: str, name: str) -> tuple[str, dict]:
+        base, fields = configs[name]
+        return base, {**fields, **per_dataset.get(dataset, {}).get(name, {})}
+
+    return config_of
+
+
 def check_plan(
     datasets: Iterable[tuple[str | None, str]],
     models: Iterable[str],
@@ -396,12 +412,11 @@ def check_plan(
     from tqdm.auto import tqdm
 
     from .data import load_bundle
-    from .data.dataset import Window, collate
+    from .data.dataset import chunk, collate
     from .models import build_model
 
     datasets, models = list(datasets), list(models)
-    configs = _model_configs(models, overrides or {}, variants or {})
-    per_dataset = _check_dataset_overrides(dataset_overrides or {}, variants or {})
+    config_of = _cell_configs(models, overrides, variants, dataset_overrides)
     rows = []
     bar = tqdm(total=len(datasets) * len(models), desc="check", disable=not progress)
     for data_dir, data_format in datasets:
@@ -410,8 +425,7 @@ def check_plan(
         train = load_bundle(data_dir, data_format, fold=fold, seed=seed, **kw).train
         dataset = dataset_name(data_dir, data_format)
         for name in models:
-            base, fields = configs[name]
-            fields = {**fields, **per_dataset.get(dataset, {}).get(name, {})}
+            base, fields = config_of(dataset, name)
             row = {"dataset": dataset, "model": name, "fold": fold, "ok": False, "error": None}
             row["warnings"] = ""
             t0 = time.perf_counter()
@@ -422,10 +436,7 @@ def check_plan(
                     model = build_model(base, dataset=train, preset=preset, **fields)
                     model.prepare(train)
                     model.train()
-                    first = train.students[:windows]
-                    batch = collate(
-                        train, [Window(i, 0, min(len(s), max_len)) for i, s in enumerate(first)]
-                    )
+                    batch = collate(train, chunk(train, max_len)[:windows])
                     loss = model.loss(model(batch), batch)["total"]
                     loss.backward()
                 row["ok"] = bool(torch.isfinite(loss))
