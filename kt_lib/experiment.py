@@ -54,6 +54,8 @@ class ExperimentResult:
             "best_epoch": self.best_epoch,
             "params": self.n_params,
             "train_seconds": round(self.seconds, 1),
+            "prepare_seconds": round(float(self.history.attrs.get("prepare_seconds", 0.0)), 2),
+            "threads": torch.get_num_threads(),
             **{f"diag_{k}": v for k, v in self.diagnostics.items()},
         }
 

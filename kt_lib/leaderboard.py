@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 import math
@@ -29,7 +30,7 @@ from .published import published_wide
 
 METRICS = ("test_auc", "test_acc", "test_rmse")
 FOLD_BASE = {"line3": 1, "line4": 1, "pykt": 0}  # formats whose files carry folds: first id
-NESTED = ("valid", "history", "protocols")  # per-run fields that are not table columns
+NESTED = ("valid", "history", "protocols", "train")  # per-run fields that are not table columns
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARK = ROOT / "benchmarks" / "results" / "models.json"
 
@@ -285,6 +286,7 @@ def run_leaderboard(
         if not out.ok:
             row.update(error=out.error, traceback=out.traceback)
         row.update(wall_seconds=out.wall_seconds, device_name=out.device_name, commit=commit)
+        row.update(date=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), train=settings)
         rows[out.index] = row
         if path is not None:
             add_runs(path, [row])

@@ -19,6 +19,7 @@ import contextlib
 import datetime as dt
 import html
 import json
+import os
 import platform
 import re
 import subprocess
@@ -70,6 +71,10 @@ def notebook_params(profile: dict, path: Path) -> dict:
 
 
 def git_commit() -> str:
+    """`git rev-parse --short HEAD` (+dirty); KT_COMMIT when set (a copy of the tree without its
+    .git, e.g. on a lent GPU machine, names the commit it was copied from); else "unknown"."""
+    if os.environ.get("KT_COMMIT"):
+        return os.environ["KT_COMMIT"]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],

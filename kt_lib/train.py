@@ -329,7 +329,9 @@ def fit(
     t0 = time.perf_counter()
 
     with seeded(cfg.seed), use_backend(cfg.backend), precision_context(cfg.precision, cfg.device):
+        tp = time.perf_counter()
         model.prepare(train)  # may set what the parameter groups depend on (SimAKT's influence)
+        prepare_seconds = time.perf_counter() - tp  # SimAKT: its memory banks
         opt = torch.optim.AdamW(
             model.param_groups(cfg.lr), lr=cfg.lr, weight_decay=cfg.weight_decay
         )
@@ -424,6 +426,7 @@ def fit(
         model.load_extra_state(tensors.get("extra", {}))
     model.eval()
     history = pd.DataFrame(rows)
+    history.attrs["prepare_seconds"] = prepare_seconds
     if cfg.checkpoint:
         save_json(Path(f"{cfg.checkpoint}_history.json"), {"history": rows})
     return FitResult(

@@ -1,0 +1,247 @@
+"""The evidence studies of record: named, typed plans whose runs land in `results/<name>.json`.
+
+    python -m kt_lib.studies list
+    python -m kt_lib.studies status simakt                  # done / left per cell, ETA
+    python -m kt_lib.studies run simakt [--data-root ../shared/data] [--device cuda]
+                                        [--workers 4] [--threads 1]
+    python -m kt_lib.leaderboard results/simakt.json --pairs simakt:dtransformer ...
+
+A study is a list of parts (datasets x models) that share one training recipe, one preset and one
+results file. `run` is resumable: each finished run is merged into the file at once (file lock,
+atomic rewrite, `leaderboard.add_runs`) and runs already there under the same `run_key` (dataset,
+model, fold, seed, preset and a hash of every setting that changes the numbers) are skipped, so a
+study is filled piece by piece: a CPU in the background, a GPU session when one is lent. The data
+folders are found under `--data-root` by name (never copied into the repository). The file is
+tracked by git: commit it after each batch of finished runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from .leaderboard import (
+    ROOT,
+    _cell_configs,
+    _read_runs,
+    dataset_name,
+    fold_plan,
+    run_key,
+    run_leaderboard,
+)
+from .runner import train_settings
+from .train import TrainConfig
+
+RESULTS = ROOT / "results"
+DATA_ROOT = ROOT.parent / "shared" / "data"
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """Models trained on datasets ((folder name, format) pairs) under a study's plan."""
+
+    datasets: tuple[tuple[str, str], ...]
+    models: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """One study of record: its parts, its variants and the comparisons it answers."""
+
+    name: str
+    question: str
+    parts: tuple[Part, ...]
+    variants: dict = dataclasses.field(default_factory=dict)
+    overrides: dict = dataclasses.field(default_factory=dict)
+    pairs: tuple[tuple[str, str], ...] = ()
+    folds: int = 3  # the files' folds 1-3 (line3) / 0-2 (pykt) where a dataset has folds
+    seeds: tuple[int, ...] = (0, 1, 2)  # else these seeds
+    preset: str = "paper"
+    epochs: int = 30
+    patience: int = 5
+    histories: tuple[str, ...] = ("window",)
+
+    def train_config(self, device: str = "cpu") -> TrainConfig:
+        return TrainConfig.recipe(
+            "workbook",
+            epochs=self.epochs,
+            patience=self.patience,
+            device=device,
+            progress=False,
+            verbose=True,
+        )
+
+    @property
+    def path(self) -> Path:
+        return RESULTS / f"{self.name}.json"
+
+    def plan(self, data_root: str | Path = DATA_ROOT) -> list[dict]:
+        """Every run of the study: dataset, model, fold, seed and run_key (as run_leaderboard
+        keys them), without running anything."""
+        settings = train_settings(self.train_config())
+        if list(self.histories) != ["window"]:
+            settings = {**settings, "histories": list(dict.fromkeys(["window", *self.histories]))}
+        out = []
+        for part in self.parts:
+            config_of = _cell_configs(list(part.models), self.overrides, self.variants, None)
+            for folder, fmt in part.datasets:
+                d = Path(data_root) / folder
+                dataset = dataset_name(str(d), fmt)
+                for fold, seed in fold_plan(fmt, self.folds, self.seeds, d if d.exists() else None):
+                    for name in part.models:
+                        base, over = config_of(dataset, name)
+                        extra = {"variant_of": base} if base != name else {}
+                        blob = {"train": settings, "model": over, "data": {"format": fmt}, **extra}
+                        key = run_key(dataset, name, fold, seed, self.preset, blob)
+                        out.append(dict(dataset=dataset, model=name, fold=fold, seed=seed, key=key))
+        return out
+
+
+_SIMAKT = {
+    "simakt_no_inter": {"model": "simakt", "similarity": "no_inter_student"},
+    "simakt_pwd": {"model": "simakt", "similarity": "position_weighted_dual"},
+    "simakt_cluster_only": {"model": "simakt", "similarity": "cluster_only"},
+    "simakt_knn_only": {"model": "simakt", "similarity": "knn_only"},
+}
+A09, ALG05 = ("assist2009", "line3"), ("algebra05", "auto")
+STUDIES = {
+    s.name: s
+    for s in [
+        Study(
+            name="simakt",
+            question="Seed 000: do inter-student heads beat the intra-only baseline?",
+            parts=(Part((A09, ALG05), ("dtransformer", *_SIMAKT)),),
+            variants=_SIMAKT,
+            pairs=tuple(
+                (v, base)
+                for v in ("simakt_pwd", "simakt_cluster_only", "simakt_knn_only")
+                for base in ("dtransformer", "simakt_no_inter")
+            ),
+        ),
+        Study(
+            name="pairs",
+            question="Seeds 001/003 and iKT3: iDKT vs AKT; iKT3 vs iKT3 without its reference",
+            parts=(Part((A09, ALG05), ("akt", "idkt", "ikt3", "ikt3_lambda0")),),
+            variants={"ikt3_lambda0": {"model": "ikt3", "lambda_target": 0.0}},
+            overrides={"ikt3": {"warmup": 10}},
+            pairs=(("idkt", "akt"), ("ikt3", "ikt3_lambda0")),
+        ),
+        Study(
+            name="ordinal",
+            question="Seed 002: does the plug-in ordinal attention help at K = 2?",
+            parts=(Part((A09,), ("attention_gpcm", "modular_attention_gpcm")),),
+            pairs=(("modular_attention_gpcm", "attention_gpcm"),),
+        ),
+        Study(
+            name="base",
+            question="The base leaderboard beside the published figures",
+            parts=(
+                Part((("statics2011", "line3"), ("assist2015", "pykt")), ("dkt", "sakt", "akt")),
+                Part((A09, ALG05), ("dkt", "sakt")),
+            ),
+            pairs=(("sakt", "dkt"),),
+        ),
+    ]
+}
+
+
+def get(name: str) -> Study:
+    if name not in STUDIES:
+        raise KeyError(f"no study {name!r}; the studies are {sorted(STUDIES)}")
+    return STUDIES[name]
+
+
+def status(study: Study, data_root: str | Path = DATA_ROOT, path: str | Path | None = None):
+    """(done rows, left plan entries, ETA seconds from the finished runs' mean wall time per
+    model, or None when no run of that model has finished)."""
+    rows = [r for r in _read_runs(Path(path or study.path)) if not r.get("error")]
+    have = {r["run_key"] for r in rows if r.get("run_key")}
+    plan = study.plan(data_root)
+    left = [p for p in plan if p["key"] not in have]
+    walls: dict[str, list[float]] = {}
+    for r in rows:
+        walls.setdefault(r["model"], []).append(float(r.get("wall_seconds") or 0))
+    eta = 0.0
+    for p in left:
+        w = walls.get(p["model"])
+        if not w:
+            return rows, left, None
+        eta += sum(w) / len(w)
+    return rows, left, eta
+
+
+def run(
+    study: Study,
+    data_root: str | Path = DATA_ROOT,
+    device: str = "cpu",
+    workers: int = 1,
+    path: str | Path | None = None,
+    progress: bool = True,
+) -> None:
+    """Fill the study's results file (resumable; see the module docstring)."""
+    for part in study.parts:
+        datasets = []
+        for folder, fmt in part.datasets:
+            d = Path(data_root) / folder
+            if not d.is_dir():
+                raise FileNotFoundError(f"study {study.name}: no dataset folder {d}")
+            datasets.append((str(d), fmt))
+        run_leaderboard(
+            datasets,
+            list(part.models),
+            study.train_config(device),
+            preset=study.preset,
+            seeds=study.seeds,
+            folds=study.folds,
+            overrides=study.overrides,
+            variants=study.variants,
+            results_file=path or study.path,
+            workers=workers,
+            histories=study.histories,
+            progress=progress,
+        )
+
+
+def _fmt_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown (no finished run of some model yet)"
+    return f"{seconds / 3600:.1f} h at the finished runs' mean wall time"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list")
+    for cmd in ("status", "run"):
+        s = sub.add_parser(cmd)
+        s.add_argument("name", choices=sorted(STUDIES))
+        s.add_argument("--data-root", default=str(DATA_ROOT))
+        s.add_argument("--out", default=None, help="results file (default results/<name>.json)")
+        if cmd == "run":
+            s.add_argument("--device", default="cpu")
+            s.add_argument("--workers", type=int, default=1)
+            s.add_argument("--threads", type=int, default=None, help="torch threads (workers=1)")
+    a = p.parse_args(argv)
+    if a.cmd == "list":
+        for s in STUDIES.values():
+            print(f"{s.name:10s} {len(s.plan())} runs  {s.question}")
+        return
+    study = get(a.name)
+    if a.cmd == "run":
+        if a.threads:
+            import torch
+
+            torch.set_num_threads(a.threads)
+        rows, left, eta = status(study, a.data_root, a.out)
+        print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
+        run(study, a.data_root, a.device, a.workers, a.out, progress=sys.stderr.isatty())
+    rows, left, eta = status(study, a.data_root, a.out)
+    print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
+    for p_ in left:
+        print(f"  left: {p_['dataset']} {p_['model']} fold={p_['fold']} seed={p_['seed']}")
+
+
+if __name__ == "__main__":
+    main()
