@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import kt_lib.nn.cpu as cpu_kernels
 import kt_lib.nn.dropout as drop
+import kt_lib.nn.slots as slots
 from kt_lib.audit import audit_causality, random_batch
 from kt_lib.models import MODELS, build_model, list_models
 from kt_lib.models.dtransformer import sample_key_drop
@@ -25,6 +26,7 @@ from kt_lib.nn import (
     use_backend,
 )
 from kt_lib.nn.backend import choose
+from kt_lib.nn.reference import slot as slot_reference
 from kt_lib.runtime import precision_context
 
 FAST = ["cpu", "cuda"]  # the backends compared with `reference`
@@ -288,6 +290,59 @@ def test_slot_backends_equal_reference(backend, hide, S):
     top = w.amax(-1)[..., 1:]  # max-out: a row's largest weight becomes 1 (at most x5)
     assert (out[:, :, :, 0] == 0).all() and (top <= 1 + 1e-12).all() and (top > 1 - 1e-12).any()
     _assert_same(out, ref, (r, v, gamma), "r v gamma", tol=1e-7)
+
+
+@pytest.mark.parametrize("budget", [1, 700, 1 << 30])
+@pytest.mark.parametrize("strict", [True, False])
+def test_slot_chunks_equal_reference(budget, strict):
+    """Block 4 chunked from a memory budget (1 byte: one batch row and one query step per chunk;
+    700: several rows and query blocks; 1 GiB: one chunk) equals the reference, outputs and
+    gradients, with per-row key hiding (ragged batches), an all-hidden row and the empty row
+    t = 0; strict=False (j <= t) too, the setting the causality audit must catch."""
+    torch.manual_seed(1)
+    B, K, H, S, Dh = 3, 2, 2, 13, 4
+    r = (3 * torch.randn(B, K, H, 1, S, dtype=torch.float64)).requires_grad_()
+    v = torch.randn(B, 1, H, S, Dh, dtype=torch.float64, requires_grad=True)
+    gamma = torch.tensor([-1.0, 3.0], dtype=torch.float64, requires_grad=True)
+    keep = ~sample_key_drop(torch.ones(B, S, dtype=torch.bool), 0.3)
+    keep[2] = False  # a row whose every key is hidden outputs zeros
+    past = causal_mask(S, strict=strict)
+    ref, ref_w = slot_reference(r, v, gamma, past & keep.view(B, 1, 1, 1, S))
+    out, w = slots.slot(r, v, gamma, keep, strict, need_weights=True, budget=budget)
+    assert len(slots.plan(B, K, H, S, budget, strict, 8)) >= (B * S // 2 if budget == 1 else 1)
+    torch.testing.assert_close(w, ref_w, rtol=1e-6, atol=1e-7)
+    assert (out[2] == 0).all()
+    _assert_same(out, ref, (r, v, gamma), "r v gamma", tol=1e-7)
+    with pytest.raises(ValueError, match="budget"):
+        slots.slot(r, v, gamma, keep, strict, budget=0)
+
+
+@pytest.mark.parametrize("budget", [1, 900, None])
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_slot_projected_equals_plain_composition(budget, dropout):
+    """Block 4 fused with its output projection, dropout and residual (the model's path) equals
+    the plain composition base + Dropout(Linear(merge_heads(reference slot))), outputs and
+    gradients of r, v, gamma, the projection and the slot queries, in float64, with the same
+    dropout draws (chunked: 1 byte and 900 bytes per chunk; None: the default budget)."""
+    torch.manual_seed(2)
+    B, K, H, S, Dh = 2, 3, 2, 9, 3
+    D = H * Dh
+    r = (2 * torch.randn(B, K, H, 1, S, dtype=torch.float64)).requires_grad_()
+    v = torch.randn(B, 1, H, S, Dh, dtype=torch.float64, requires_grad=True)
+    gamma = torch.tensor([0.3, 2.0], dtype=torch.float64, requires_grad=True)
+    proj = torch.nn.Linear(D, D).double()
+    base = torch.randn(K, D, dtype=torch.float64, requires_grad=True)
+    keep = ~sample_key_drop(torch.ones(B, S, dtype=torch.bool), 0.3)
+    drop_keep = torch.rand(B, S, K, D) > dropout if dropout else None
+    scale = 1 / (1 - dropout)
+    out, _ = slots.slot_project(
+        r, v, gamma, proj.weight, proj.bias, base, keep, drop_keep, scale, budget=budget
+    )
+    plain, _ = slot_reference(r, v, gamma, causal_mask(S, strict=True) & keep.view(B, 1, 1, 1, S))
+    ref = proj(plain.permute(0, 3, 1, 2, 4).reshape(B, S, K, D))
+    ref = base + (ref * drop_keep * scale if dropout else ref)
+    inputs = (r, v, gamma, proj.weight, proj.bias, base)
+    _assert_same(out, ref, inputs, "r v gamma weight bias base", tol=1e-7)
 
 
 @pytest.mark.parametrize("backend", ["reference", *FAST])

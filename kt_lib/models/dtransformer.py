@@ -132,12 +132,13 @@ class DTLayer(nn.Module):
         valid: torch.Tensor,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Block 4: strict-past reading by slot queries -> z [B, K, L, D]."""
+        """Block 4: strict-past reading by slot queries -> z [B, L, K, D]."""
         keep = torch.ones(1, valid.shape[1], dtype=torch.bool, device=valid.device)
         if self.training and self.rate > 0:
             keep = ~sample_key_drop(valid, self.rate)  # hidden keys vanish for every later query
-        h, w = self.attn.read_slots(slots, key, value, keep, need_weights, self.strict_slots)
-        return self.ln(slots[None, :, None, :] + self.drop(h)), w
+        p = self.drop.p if self.training else 0.0
+        y, w = self.attn.read_slots(slots, key, value, keep, need_weights, self.strict_slots, p)
+        return self.ln(y), w
 
 
 @dataclass
@@ -199,7 +200,7 @@ class DTransformer(KTModel):
         hs, w2 = self.block2(emb.y, emb.y, emb.y, valid, True, need_weights)
         extra, extras = self._block3_extra(batch, hq, hs, need_weights)
         p, w3 = self.block3(hq, hq, hs, valid, True, need_weights, extra)
-        z, w4 = self.block4.read_slots(self.know, hq, p, valid, need_weights)  # [B, K, L, D]
+        z, w4 = self.block4.read_slots(self.know, hq, p, valid, need_weights)  # [B, L, K, D]
         attention = {}
         if need_weights:
             attention = {
@@ -209,12 +210,12 @@ class DTransformer(KTModel):
                 "block4": w4.mean(1),
             }  # [B, H, L, S], averaged over slots
             attention.update(extras.pop("attention", {}))
-        return Encoded(emb.x, z.transpose(1, 2), emb.mu, attention, extras)
+        return Encoded(emb.x, z, emb.mu, attention, extras)
 
     def readout(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """h_t = sum_k softmax_k(slot_k . x_t) z_{t,k} -> [B, L, D]."""
         alpha = torch.softmax(x @ self.know.T, dim=-1)  # [B, L, K]
-        return (alpha.unsqueeze(-1) * z).sum(-2)
+        return (alpha.unsqueeze(-2) @ z).squeeze(-2)  # no [B, L, K, D] product
 
     def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
         self._check(batch)

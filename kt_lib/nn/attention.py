@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import cpu, cuda, reference
+from . import cpu, cuda, reference, slots
 from .backend import choose
+from .dropout import draw_keep
 from .shapes import merge_heads, split_heads
 
 
@@ -118,13 +119,49 @@ def slot_attention(
     """
     r, v = _float32(r, v)
     S = r.shape[-1]
-    past = causal_mask(S, r.device, strict=strict)  # [L, S]
-    mask = past & keep.view(keep.shape[0], 1, 1, 1, S)
     if choose(r) == "reference":
-        out, w = reference.slot(r, v, gamma, mask)
-    else:
-        out, w = cuda.slot(r, v, gamma, mask, cuda.slot_distance(r, keep, strict))
-    return out, (w.detach() if need_weights else None)
+        past = causal_mask(S, r.device, strict=strict)  # [L, S]
+        out, w = reference.slot(r, v, gamma, past & keep.view(keep.shape[0], 1, 1, 1, S))
+        return out, (w.detach() if need_weights else None)
+    return slots.slot(r, v, gamma, keep, strict, need_weights)  # chunked, cpu and cuda alike
+
+
+def slot_attention_projected(
+    r: torch.Tensor,
+    v: torch.Tensor,
+    gamma: torch.Tensor,
+    proj: nn.Linear,
+    base: torch.Tensor,
+    keep: torch.Tensor,
+    dropout: float = 0.0,
+    need_weights: bool = False,
+    strict: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Block 4 with its output projection, dropout and residual: y [B, L, K, D] =
+    base + Dropout(merge_heads(slot_attention(r, v, ...)) @ proj), base [K, D] the slot queries.
+
+    The `cpu` and `cuda` backends compute it chunk by chunk (kt_lib.nn.slots.slot_project), so
+    that no [B, K, H, L, S] tensor, nor the merged heads, nor the projection's output before the
+    residual, is ever whole in memory; `reference` composes the plain pieces. Both draw the
+    dropout the same way (`draw_keep` into a bool [B, K, L, D], read as [B, L, K, D]).
+    """
+    r, v = _float32(r, v)
+    B, K, H, _, S = r.shape
+    D = proj.weight.shape[0]
+    drop_keep, scale = None, 1.0
+    if dropout > 0:
+        drop_keep = torch.empty(B, K, S, D, dtype=torch.bool, device=r.device)
+        scale = draw_keep(drop_keep, dropout)  # slot-major draws, as Dropout on [B, K, L, D]
+        drop_keep = drop_keep.transpose(1, 2)
+    if choose(r) != "reference":
+        w_b = (proj.weight.to(r.dtype), proj.bias.to(r.dtype), base.to(r.dtype))
+        args = (keep, drop_keep, scale, strict, need_weights)
+        return slots.slot_project(r, v, gamma, *w_b, *args)
+    out, w = slot_attention(r, v, gamma, keep, need_weights, strict)
+    y = proj(out.permute(0, 3, 1, 2, 4).reshape(B, S, K, -1))
+    if drop_keep is not None:
+        y = y * drop_keep * scale
+    return base + y, w
 
 
 class MultiHeadAttention(nn.Module):

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .attention import MonotonicWeights, monotonic_attention, slot_attention
+from .attention import MonotonicWeights, monotonic_attention, slot_attention_projected
 from .dropout import Dropout, FlatSequential, ReLUDropout
 from .reference import decay_rate
 from .shapes import merge_heads, split_heads
@@ -114,8 +114,10 @@ class MonotonicAttention(nn.Module):
         keep: torch.Tensor,
         need_weights: bool = False,
         strict: bool = True,
+        dropout: float = 0.0,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Slot queries [K, D] (the same at every step) -> [B, K, L, D], weights [B, K, H, L, S].
+        """Slot queries [K, D] (the same at every step) -> slots + Dropout(MHA) [B, L, K, D]
+        (the residual input of DTransformer's LayerNorm), weights [B, K, H, L, S] if asked.
 
         One query per slot instead of DTransformer's copy per (slot, step): the scores are
         computed once per key and shared by every query step (strict past, `keep`: unhidden keys).
@@ -124,8 +126,10 @@ class MonotonicAttention(nn.Module):
         k = self.keys(key).unsqueeze(1)  # [B, 1, H, S, Dh]
         v = self.split(self.v_proj(value)).unsqueeze(1)  # [B, 1, H, S, Dh]
         scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # [B, K, H, 1, S]
-        out, w = slot_attention(scores, v, self.gamma, keep, need_weights, strict)
-        return self.out_proj(merge_heads(out).to(v.dtype)), w
+        y, w = slot_attention_projected(
+            scores, v, self.gamma, self.out_proj, slots, keep, dropout, need_weights, strict
+        )
+        return y.to(v.dtype), w
 
 
 class MonotonicLayer(nn.Module):

@@ -1,0 +1,265 @@
+"""DTransformer's Block 4 (slot attention) computed chunk by chunk: the `cpu` and `cuda` backends.
+
+# B batch, K knowledge slots, H heads, L query steps, S key steps (L = S), Dh head dim
+The math is kt_lib.nn.reference.slot: slot k's score against key j is r_j (the same for every
+query step t); query t reads the kept keys j < t; AKT's distance decay from the masked weights;
+masked softmax; max-out (each row divided by max(its largest weight, 0.2)); weights times values.
+Whole, that chain holds [B, K, H, L, S] tensors (64 x 16 x 8 x 200 x 200 floats = 1.3 GB each),
+and autograd keeps about ten of them. Here it never exists whole:
+
+- the softmax normalisers of the distance are prefix sums over keys, [B, K, H, S], computed once
+  in log space (`logcumsumexp`), so each query's normaliser reads only keys it may read;
+- the rest runs per chunk of (batch rows, block of query steps); a query block [t0, t1) reads
+  keys j < t1 only, so the causal upper triangle (about 40% of the work at L = 200) is skipped;
+- the backward pass recomputes each chunk's weights from the small inputs (r, v, gamma, keep)
+  instead of saving them: nothing of size [B, K, H, L, S] is kept between the passes.
+
+Chunk sizes come from a memory budget (bytes per [b, K, H, Lq, S'] scratch tensor; by default
+`CPU_BUDGET` on CPU, where the elementwise chain should stay in cache, and `CUDA_BUDGET` on a GPU,
+where chunks must be large enough to fill it). The same code runs on both devices. Tests compare
+outputs and gradients with the reference in float64 (tests/test_attention.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .cpu import without_autocast
+from .reference import DECAY_MIN, MAXOUT_FLOOR
+
+CPU_BUDGET = 4 << 20  # bytes per scratch tensor of a chunk on CPU (the chain stays in L2/L3)
+CUDA_BUDGET = 256 << 20  # on a GPU: few, large chunks (few kernel launches)
+QUERY_BLOCKS = 4  # query blocks per sequence: block i reads keys < its last step only
+
+
+def budget_for(device: torch.device) -> int:
+    return CUDA_BUDGET if device.type == "cuda" else CPU_BUDGET
+
+
+def plan(B: int, K: int, H: int, S: int, budget: int, strict: bool = True, itemsize: int = 4):
+    """[(b0, b1, t0, t1, s1)]: batch rows b0:b1, query steps t0:t1, keys 0:s1 (the keys any of
+    those queries may read). Blocks of query steps first (causal skipping), then as many batch
+    rows as the budget holds (at least one; a row wider than the budget is split into more
+    query blocks)."""
+    blocks = max(1, min(S, QUERY_BLOCKS))
+    while blocks < S and K * H * (-(-S // blocks)) * S * itemsize > budget:
+        blocks *= 2  # one batch row's block must fit the budget
+    edges = [round(i * S / blocks) for i in range(blocks + 1)]
+    out = []
+    for t0, t1 in zip(edges[:-1], edges[1:], strict=True):
+        if t1 <= t0:
+            continue
+        s1 = t1 - 1 if strict else t1  # query t reads keys j < t (strict) or j <= t
+        if s1 <= 0:
+            out.append((0, B, t0, t1, 0))  # no query here reads any key: zeros
+            continue
+        per_row = K * H * (t1 - t0) * s1 * itemsize
+        rows = max(1, min(B, budget // per_row))
+        out.extend((b0, min(B, b0 + rows), t0, t1, s1) for b0 in range(0, B, rows))
+    return out
+
+
+def prefix_logsums(r: torch.Tensor, keep: torch.Tensor, strict: bool = True):
+    """(log P, log C), both [B, H, K, S], without gradient, from r [B, H, K, S]: P_j = sum over
+    kept j' <= j of exp(r_j'); C_t = the same sum over the keys query t reads (j < t; j <= t
+    when not strict). -inf where the sum is empty."""
+    with torch.no_grad():
+        S = r.shape[-1]
+        kept = keep.view(keep.shape[0], 1, 1, S)
+        log_p = torch.logcumsumexp(r.masked_fill(~kept, float("-inf")), -1)
+        log_c = F.pad(log_p[..., :-1], (1, 0), value=float("-inf")) if strict else log_p
+    return log_p, log_c
+
+
+def _rows(t: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
+    return t if t.shape[0] == 1 else t[b0:b1]
+
+
+class _Inputs:
+    """The small inputs in the kernel's layout: head-major, the slots of a query step side by
+    side ([b, H, Lq, K, S'] per chunk), so that one matrix product per (row, head) serves every
+    slot and step of a chunk (M = Lq * K rows) and the heads' outputs merge with one copy."""
+
+    def __init__(self, r, v, gamma, keep, strict: bool):
+        self.r = r.squeeze(3).transpose(1, 2).contiguous()  # [B, H, K, S]
+        self.v = v.squeeze(1)  # [B, H, S, Dh]
+        self.theta = F.softplus(gamma).view(-1, 1, 1, 1)
+        self.keep, self.strict = keep, strict
+        self.log_p, log_c = prefix_logsums(self.r, keep, strict)
+        # a query with nothing to read (C_t = 0): +inf gives it finite, unused distances
+        self.log_c = log_c.masked_fill(log_c == float("-inf"), float("inf"))
+
+    def chunk(self, c: tuple[int, int, int, int, int]):
+        """(p, cap, decay, dist, live) of one chunk: p the masked softmax [b, H, Lq, K, S'],
+        cap = max(max_j p, 0.2) [b, H, Lq, K, 1]; decay, dist and where the decay clamp does
+        not bind, for the backward."""
+        b0, b1, t0, t1, s1 = c
+        dev, dtype = self.r.device, self.r.dtype
+        rc = self.r[b0:b1, :, None, :, :s1]  # [b, H, 1, K, S']
+        lp = self.log_p[b0:b1, :, None, :, :s1]  # [b, H, 1, K, S']
+        lc = self.log_c[b0:b1, :, :, t0:t1].transpose(-1, -2).unsqueeze(-1)  # [b, H, Lq, K, 1]
+        t = torch.arange(t0, t1, device=dev).view(-1, 1, 1)
+        j = torch.arange(s1, device=dev).view(1, 1, -1)
+        readable = (j < t) if self.strict else (j <= t)  # [Lq, 1, S']
+        mask = readable & _rows(self.keep, b0, b1)[:, None, None, None, :s1]
+        with torch.no_grad():  # AKT's distance carries no gradient; mass after j = 1 - P_j/C_t
+            dist = torch.expm1(lp - lc).mul_((j - t).to(dtype)).clamp_(min=0.0).sqrt_()
+        decay = torch.exp(dist * -self.theta)
+        live = decay >= DECAY_MIN  # dist >= 0: decay <= 1, only the lower clamp can bind
+        decay = decay.clamp_(min=DECAY_MIN)
+        s = (decay * rc).masked_fill_(~mask, torch.finfo(dtype).min)
+        p = torch.softmax(s, -1).mul_(mask.any(-1, keepdim=True))
+        cap = p.amax(-1, keepdim=True).clamp_(min=MAXOUT_FLOOR)
+        return p, cap, decay, dist, live
+
+    def values(self, c, w: torch.Tensor) -> torch.Tensor:
+        """w [b, H, Lq, K, S'] times the values -> [b, H, Lq, K, Dh]."""
+        b0, b1, t0, t1, s1 = c
+        b, H, Lq, K, _ = w.shape
+        return (w.view(b, H, Lq * K, s1) @ self.v[b0:b1, :, :s1]).view(b, H, Lq, K, -1)
+
+
+class _SlotChunked(torch.autograd.Function):
+    """Block 4 chunk by chunk; with `proj` = (weight [D, D], bias [D], base [K, D], drop_keep
+    [B, L, K, D] bool or None, drop scale) the output is base + dropout(merge(w @ v) @ W^T + b),
+    [B, L, K, D], computed in the same chunks (DTransformer's residual input to the LayerNorm),
+    so that neither the merged heads nor the projection's output exist whole either."""
+
+    @staticmethod
+    @without_autocast
+    def forward(ctx, r, v, gamma, weight, bias, base, keep, drop_keep, scale, strict, budget, nw):
+        B, K, H, _, S = r.shape
+        Dh = v.shape[-1]
+        x = _Inputs(r, v, gamma, keep, strict)
+        project = weight is not None
+        if project:
+            out = r.new_empty(B, S, K, weight.shape[0])
+        else:  # step-major [B, L, K, H, Dh] returned as a [B, K, H, L, Dh] view
+            out = r.new_zeros(B, S, K, H, Dh)
+        w_all = r.new_zeros(B, K, H, S, S) if nw else None
+        for c in plan(B, K, H, S, budget, strict, r.element_size()):
+            b0, b1, t0, t1, s1 = c
+            if s1 == 0:
+                o = r.new_zeros(b1 - b0, H, t1 - t0, K, Dh)
+            else:
+                p, cap, *_ = x.chunk(c)
+                w = p.div_(cap)
+                o = x.values(c, w)
+                if nw:
+                    w_all[b0:b1, :, :, t0:t1, :s1] = w.permute(0, 3, 1, 2, 4)
+            if not project:
+                out[b0:b1, t0:t1] = o.permute(0, 2, 3, 1, 4)
+                continue
+            y = _merge(o) @ weight.T + bias  # [b, Lq, K, D]
+            if drop_keep is not None:
+                y.mul_(drop_keep[b0:b1, t0:t1]).mul_(scale)
+            out[b0:b1, t0:t1] = y.add_(base)
+        ctx.save_for_backward(r, v, gamma, weight, keep, drop_keep)
+        ctx.strict, ctx.budget, ctx.scale = strict, budget, scale
+        if nw:
+            ctx.mark_non_differentiable(w_all)
+        return (out if project else out.permute(0, 2, 3, 1, 4)), w_all
+
+    @staticmethod
+    @without_autocast
+    def backward(ctx, g, _gw):
+        r, v, gamma, weight, keep, drop_keep = ctx.saved_tensors
+        B, K, H, _, S = r.shape
+        Dh = v.shape[-1]
+        x = _Inputs(r, v, gamma, keep, ctx.strict)
+        need_r, need_v, need_gamma, need_w, need_b, need_base = ctx.needs_input_grad[:6]
+        project = weight is not None
+        grad_r = torch.zeros_like(x.r) if need_r else None  # [B, H, K, S]
+        grad_v = torch.zeros_like(x.v) if need_v else None  # [B, H, S, Dh]
+        grad_theta = torch.zeros(H, dtype=r.dtype, device=r.device) if need_gamma else None
+        grad_weight = torch.zeros_like(weight) if project and need_w else None
+        grad_bias = g.new_zeros(weight.shape[0]) if project and need_b else None
+        grad_base = g.sum((0, 1)) if project and need_base else None
+        for c in plan(B, K, H, S, ctx.budget, ctx.strict, r.element_size()):
+            b0, b1, t0, t1, s1 = c
+            b, Lq = b1 - b0, t1 - t0
+            p = None
+            if s1 > 0:
+                p, cap, decay, dist, live = x.chunk(c)
+            if project:  # back through base + dropout(merged @ W^T + b)
+                gy = g[b0:b1, t0:t1]  # [b, Lq, K, D]
+                if drop_keep is not None:
+                    gy = gy * drop_keep[b0:b1, t0:t1] * ctx.scale
+                if grad_bias is not None:
+                    grad_bias += gy.sum((0, 1, 2))
+                if grad_weight is not None and p is not None:
+                    m = _merge(x.values(c, p / cap))
+                    grad_weight += gy.flatten(0, 2).T @ m.flatten(0, 2)
+                gc = (gy @ weight).view(b, Lq, K, H, Dh).permute(0, 3, 1, 2, 4)
+            else:
+                gc = g[b0:b1, :, :, t0:t1].permute(0, 2, 3, 1, 4)  # [b, H, Lq, K, Dh]
+            if p is None:
+                continue
+            gc = gc.reshape(b, H, Lq * K, Dh)
+            vc = x.v[b0:b1, :, :s1]  # [b, H, S', Dh]
+            if need_v:  # w^T g, summed over the slots and steps of the chunk
+                grad_v[b0:b1, :, :s1] += (p / cap).view(b, H, Lq * K, s1).transpose(-1, -2) @ gc
+            grad_w = (gc @ vc.transpose(-1, -2)).view(b, H, Lq, K, s1)
+            # w = p / cap, cap = max(max_j p_j, 0.2): d/dp = 1/cap, and through cap at the argmax
+            dot = (grad_w * p).sum(-1, keepdim=True).div_(cap)  # sum_j grad_w_j w_j
+            grad_p = grad_w.div_(cap)
+            through = torch.where(cap > MAXOUT_FLOOR, -dot / cap, 0.0)
+            grad_p.scatter_add_(-1, p.argmax(-1, keepdim=True), through)
+            grad_s = grad_p.sub_((grad_p * p).sum(-1, keepdim=True)).mul_(p)  # softmax backward
+            grad_s.mul_(decay)  # s = r * decay: d/dr sums over the query steps
+            if need_r:
+                grad_r[b0:b1, :, :, :s1] += grad_s.sum(2)
+            if need_gamma:  # d decay / d theta = -dist * decay where the clamp does not bind
+                t = grad_s.mul_(dist).mul_(live).sum(2).mul_(x.r[b0:b1, :, :, :s1])
+                grad_theta -= t.sum((0, 2, 3))
+        grad_gamma = grad_theta * torch.sigmoid(gamma) if need_gamma else None
+        if need_r:
+            grad_r = grad_r.transpose(1, 2).unsqueeze(3)  # [B, K, H, 1, S]
+        if need_v:
+            grad_v = grad_v.unsqueeze(1)
+        return (grad_r, grad_v, grad_gamma, grad_weight, grad_bias, grad_base) + (None,) * 6
+
+
+def _merge(o: torch.Tensor) -> torch.Tensor:
+    """[b, H, Lq, K, Dh] -> [b, Lq, K, H * Dh] (the heads of each slot and step side by side)."""
+    b, H, Lq, K, Dh = o.shape
+    return o.permute(0, 2, 3, 1, 4).reshape(b, Lq, K, H * Dh)
+
+
+def _budget(r: torch.Tensor, budget) -> int:
+    budget = budget_for(r.device) if budget is None else int(budget)
+    if budget <= 0:
+        raise ValueError(f"slot attention budget must be a positive number of bytes, got {budget}")
+    return budget
+
+
+def slot(r, v, gamma, keep, strict: bool = True, need_weights: bool = False, budget=None):
+    """Block 4 -> (out [B, K, H, L, Dh], weights [B, K, H, L, S] or None): r [B, K, H, 1, S] slot
+    scores, v [B, 1, H, S, Dh], gamma [H] raw decay parameters, keep [B|1, S] bool (keys not
+    hidden). `budget`: bytes per chunk scratch tensor (default by device)."""
+    keep = keep.to(torch.bool)
+    args = (None, None, None, keep, None, 1.0, strict, _budget(r, budget), need_weights)
+    return _SlotChunked.apply(r, v, gamma, *args)
+
+
+def slot_project(
+    r,
+    v,
+    gamma,
+    weight,
+    bias,
+    base,
+    keep,
+    drop_keep=None,
+    scale: float = 1.0,
+    strict=True,
+    need_weights: bool = False,
+    budget=None,
+):
+    """Block 4 with its output projection, dropout and residual: (y [B, L, K, D], weights or
+    None), y = base + dropout(merge_heads(slot(...)) @ weight^T + bias), base [K, D] (the slot
+    queries), drop_keep [B, L, K, D] bool (None: no dropout) scaled by `scale`."""
+    keep = keep.to(torch.bool)
+    args = (keep, drop_keep, scale, strict, _budget(r, budget), need_weights)
+    return _SlotChunked.apply(r, v, gamma, weight, bias, base, *args)
