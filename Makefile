@@ -6,7 +6,7 @@ PROFILE ?= quick
 NOTEBOOKS ?=
 STAMP := $(VENV)/.installed
 
-.PHONY: env reports test test-fast lint lab benchmarks notebooks clean
+.PHONY: env reports test test-fast lint lab benchmarks gpu-check notebooks clean
 
 env: $(STAMP)
 
@@ -43,6 +43,12 @@ lab: env
 
 benchmarks: env
 	$(BIN)/python benchmarks/bench_models.py
+
+# Every GPU figure in one process (benchmarks/gpu_check.py): cuda tests, bench_models (tf32, bf16),
+# bench_peers, a short ASSIST2009 run. GPU_CHECK_ARGS="--device cpu --quick --out /tmp/c" on CPU.
+GPU_CHECK_ARGS ?=
+gpu-check: env
+	$(BIN)/python benchmarks/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) reports/*.html reports/*.ipynb reports/index.html .pytest_cache

@@ -20,7 +20,8 @@ model and writes them all to --out. Figures are medians over --repeats after a w
 train_step_s / inference_s: on CUDA `kernels_per_step` (CUDA kernels launched by one training
 step, counted with torch.profiler; `copies_per_step` the Memcpy/Memset) and `peak_gpu_mb`
 (torch.cuda.max_memory_allocated over the timed training steps); on CPU `ops_per_step` (aten
-operator calls of one training step, nested included) and `peak_rss_mb` (ru_maxrss). The key
+operator calls of one training step, nested included) and `peak_rss_mb` (ru_maxrss after the timed
+training steps, before the profiler count and inference: the step's own high-water mark). The key
 `counted` says which count it is.
 """
 
@@ -29,7 +30,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -118,8 +118,6 @@ def bench_one(
         "inference_interactions_per_s": round(b * n / m["inference_s"]),
     }
     res.update({k: v for k, v in m.items() if k not in res})
-    if not is_cuda(device):
-        res["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     res.update(setting(device, prec, backend, b, n))
     return res
 

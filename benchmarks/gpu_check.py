@@ -1,0 +1,176 @@
+"""Every GPU figure of the workbook in one command (GPUs are rarely at hand for this project).
+
+    make gpu-check                                   # = python benchmarks/gpu_check.py
+    python benchmarks/gpu_check.py [--device cuda] [--out benchmarks/results/]
+                                   [--data-dir ../shared/data/assist2009] [--quick]
+    python benchmarks/gpu_check.py --device cpu --quick --out /tmp/check   # what CI runs
+
+Runs, one after another, each as a subprocess with its own time limit (the whole within 10
+minutes on one H100):
+  1. the `cuda`-marked tests (tests/test_attention.py; they skip without a GPU);
+  2. `bench_models.py` on the device, at the device's default precision and at bf16 (every model:
+     step time, kernels per step, peak memory);
+  3. `bench_peers.py` (our DKT/SAKT/AKT against pykt-toolkit's in the same process; recorded as
+     skipped when pykt-toolkit is not installed);
+  4. a short AKT / DTransformer training run (3 epochs) on ASSIST2009 fold 1 (`--data-dir`).
+and writes `gpu_check.json` (every step's command, exit status, seconds and parsed JSON lines)
+and `gpu_check.md` (a summary table) into `--out`. `--quick` (the default on CPU) shrinks every
+step to tiny sizes so that the check itself is tested in CI; its figures mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "assist2009"
+
+
+def steps(device: str, quick: bool, data_dir: Path, tmp: Path) -> list[tuple[str, list[str], int]]:
+    """(name, argv, seconds allowed) of each step."""
+    py = sys.executable
+    dev = ["--device", device]
+    if quick:
+        small = ["--batch", "4", "--len", "20", "--repeats", "1"]
+        models = ["--models", "akt", "dtransformer"]
+        train_data = ["--preset", "tiny", "--epochs", "1", "--max-len", "16"]
+    else:
+        small, models = [], []
+        train_data = ["--data-dir", str(data_dir), "--data-format", "auto", "--fold", "1"]
+        train_data += ["--epochs", "3"]
+    bench = [py, "benchmarks/bench_models.py", *dev, *models, *small]
+    return [
+        ("cuda tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda",
+                        "tests/test_attention.py"], 120),
+        ("models", [*bench, "--out", str(tmp / "models.json")], 200),
+        ("models bf16", [*bench, "--precision", "bf16", "--out",
+                         str(tmp / "models_bf16.json")], 120),
+        ("peers", [py, "benchmarks/bench_peers.py", *dev, *small, "--out",
+                   str(tmp / "peers.json")], 90),
+        ("train", [py, "-m", "kt_lib.experiment", "--models", "akt", "dtransformer", *dev,
+                   *train_data, "--out", str(tmp / "train.json")], 150),
+    ]  # fmt: skip
+
+
+def json_lines(text: str) -> list[dict]:
+    rows = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return rows
+
+
+def run_step(name: str, argv: list[str], limit: int) -> dict:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
+        rc, out = p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired as exc:  # its output so far, then "timed out"
+        got = exc.stdout or b""
+        rc = 124
+        out = (got.decode(errors="replace") if isinstance(got, bytes) else got) + "\ntimed out"
+    status = "ok" if rc == 0 else "failed"
+    if name == "peers" and "pykt" in out and "install" in out.lower() and rc != 0:
+        status = "skipped: pykt-toolkit is not installed"
+    return {
+        "step": name,
+        "argv": argv[1:],
+        "rc": rc,
+        "status": status,
+        "seconds": round(time.perf_counter() - t0, 1),
+        "results": json_lines(out),
+        "tail": out[-2000:],
+    }
+
+
+def summary_md(report: dict) -> str:
+    lines = [
+        f"# GPU check: {report['device_name']} ({report['device']}), commit {report['commit']}",
+        "",
+        "| step | status | seconds |",
+        "|---|---|---|",
+        *[f"| {s['step']} | {s['status']} | {s['seconds']} |" for s in report["steps"]],
+        "",
+        "| step | model | train step s | peak memory MB | kernels / ops per step | ours / pykt |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in report["steps"]:
+        for r in s["results"]:
+            if "model" not in r or ("train_step_s" not in r and "ours" not in r):
+                continue
+            ours = r.get("ours", r)
+            mem = ours.get("peak_gpu_mb", ours.get("peak_rss_mb", ""))
+            count = ours.get("kernels_per_step", ours.get("ops_per_step", ""))
+            ratio = r.get("ours_over_theirs", {}).get("train_step", "")
+            row = f"| {s['step']} | {r['model']} | {ours.get('train_step_s', '')} | {mem} | {count}"
+            lines.append(row + f" | {ratio} |")
+    for s in report["steps"]:
+        if s["step"] == "train":
+            for r in s["results"]:
+                if "test_auc" in r:
+                    lines.append(
+                        f"\n- train: {r['model']} test AUC {r['test_auc']:.4f}, "
+                        f"{r.get('train_seconds')} s training, best epoch {r.get('best_epoch')}"
+                    )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--data-dir", default=str(DATA))
+    p.add_argument("--quick", action="store_true", help="tiny sizes (the default on CPU)")
+    a = p.parse_args(argv)
+    quick = a.quick or not a.device.startswith("cuda")
+    out = Path(a.out)
+    tmp = out / "gpu_check_parts"
+    tmp.mkdir(parents=True, exist_ok=True)
+    if not quick and not Path(a.data_dir).is_dir():
+        p.error(f"--data-dir {a.data_dir}: no such folder (ASSIST2009 in the 3-line layout)")
+    sys.path.insert(0, str(ROOT))
+    from kt_lib.reports import git_commit
+    from kt_lib.runner import device_name
+
+    report = {
+        "device": a.device,
+        "device_name": device_name(a.device),
+        "quick": quick,
+        "commit": git_commit(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "steps": [],
+    }
+    for name, cmd, limit in steps(a.device, quick, Path(a.data_dir), tmp):
+        print(f"== {name}", flush=True)
+        res = run_step(name, cmd, limit)
+        print(f"   {res['status']} in {res['seconds']} s", flush=True)
+        report["steps"].append(res)
+    for name, text in (
+        ("gpu_check.json", json.dumps(report, indent=1)),
+        ("gpu_check.md", summary_md(report)),
+    ):
+        part = out / (name + ".tmp")
+        part.write_text(text)
+        part.replace(out / name)  # atomic: a reader never sees half a report
+    print(summary_md(report))
+    return 0 if all(s["status"] != "failed" for s in report["steps"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
