@@ -9,6 +9,11 @@ the reference: it is timed on `--samples` random (row, step) pairs against all c
 extrapolated to the B x L grid (each (row, step, cluster) visits all S memory steps, so its cost
 does not depend on the step), and its values are checked against the vectorised ones there.
 
+`--prepare DATA_DIR [--format F] [--fold K]` times instead what a SimAKT run spends before its
+first step (issue 25): `model.prepare(train)` (Block-2 encodings, KMeans, KNN banks) for each
+preset of the evidence study at the paper size, against one training epoch there (training
+steps counted by the run's BatchLoader, times the median of 3 timed steps after a warm-up).
+
 Figures are medians over --repeats after a warm-up, on CPU with --threads torch threads (default
 1). Each figure is given as wall-clock and as process CPU time: on an idle machine with one
 thread they agree; on a shared, oversubscribed machine the wall clock mostly measures waiting,
@@ -141,11 +146,72 @@ def main(repeats: int = 5, samples: int = 4, threads: int = 1, out: str | None =
     return result
 
 
+PREPARE_PRESETS = ("position_weighted_dual", "cluster_only", "knn_only", "dual_modular")
+
+
+def prepare_vs_epoch(data_dir: str, data_format: str, fold: int | None, threads: int, out=None):
+    """{preset: prepare seconds, epoch seconds, ratio} on one fold (see the module docstring)."""
+    import warnings
+
+    from kt_lib.data.dataset import BatchLoader
+    from kt_lib.data.formats import load_bundle
+    from kt_lib.models import build_model
+    from kt_lib.runtime import keep_freed_memory
+
+    torch.set_num_threads(threads)
+    keep_freed_memory()
+    bundle = load_bundle(data_dir, data_format, fold=fold)
+    train = bundle.train
+    batches = list(BatchLoader(train, 64, 200, shuffle=True, seed=0, bucket=50))
+    rows = {}
+    for preset in PREPARE_PRESETS:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            torch.manual_seed(0)
+            model = build_model("simakt", dataset=train, preset="paper", similarity=preset)
+        t0 = time.perf_counter()
+        model.prepare(train)
+        prep = time.perf_counter() - t0
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        model.train()
+        times = []
+        for i, batch in enumerate(batches[:4]):
+            t0 = time.perf_counter()
+            opt.zero_grad()
+            model.loss(model(batch), batch, 0)["total"].backward()
+            opt.step()
+            if i:
+                times.append(time.perf_counter() - t0)
+        epoch = statistics.median(times) * len(batches)
+        rows[preset] = {
+            "prepare_s": round(prep, 2),
+            "epoch_s_estimate": round(epoch, 1),
+            "prepare_over_epoch": round(prep / epoch, 4),
+            "steps_per_epoch": len(batches),
+        }
+        print(json.dumps({"preset": preset, **rows[preset]}), flush=True)
+    result = {
+        "data": bundle.protocol,
+        "threads": threads,
+        "load_average": os.getloadavg(),
+        "presets": rows,
+    }
+    if out:
+        Path(out).write_text(json.dumps(result, indent=2))
+    return result
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--samples", type=int, default=4)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", default=None)
+    p.add_argument("--prepare", default=None, help="a dataset folder: time prepare vs an epoch")
+    p.add_argument("--format", default="auto")
+    p.add_argument("--fold", type=int, default=1)
     a = p.parse_args()
-    main(a.repeats, a.samples, a.threads, a.out)
+    if a.prepare:
+        prepare_vs_epoch(a.prepare, a.format, a.fold, a.threads, a.out)
+    else:
+        main(a.repeats, a.samples, a.threads, a.out)
