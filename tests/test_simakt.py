@@ -177,6 +177,34 @@ def test_contrastive_loss_is_causal():
     terms["total"].backward()
 
 
+def test_contrastive_checkpointing_gives_the_plain_gradients(monkeypatch):
+    """The augmented views' encoders are recomputed in backward (activation checkpointing): in
+    train mode, with dropout and key hiding drawn from the global RNG, loss and gradients equal
+    those of keeping their activations (same seed), and the RNG ends in the same state."""
+
+    def run(plain: bool):
+        torch.manual_seed(0)
+        model = build_model(
+            "dtransformer", num_c=NUM_C, num_pid=NUM_PID, contrastive=True, **SIZES
+        ).train()
+        if plain:
+            monkeypatch.setattr(model, "_knowledge", lambda b: model.encode(b).z)
+        batch = random_batch(NUM_C, B=6, L=L, num_pid=NUM_PID, seed=2)
+        torch.manual_seed(3)
+        terms = model.loss(model(batch), batch)
+        terms["total"].backward()
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        return terms["cl"].detach(), grads, torch.rand(3)
+
+    cl, grads, after = run(plain=False)
+    cl_ref, grads_ref, after_ref = run(plain=True)
+    torch.testing.assert_close(cl, cl_ref)
+    assert len(grads) == len(grads_ref)
+    for a, b in zip(grads, grads_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert torch.equal(after, after_ref)
+
+
 # -- causality with banks and self-exclusion --------------------------------------------------
 
 
