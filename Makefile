@@ -4,7 +4,11 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PROFILE ?= quick
 NOTEBOOKS ?=
-STAMP := $(VENV)/.installed
+GPU ?=
+STAMP := $(VENV)/.installed$(if $(GPU),-gpu)
+# GPU=1: the pinned torch from the standard index (PyPI's Linux wheels are CUDA builds), then the
+# same extras; run `make gpu-check` first there.
+TORCH_INDEX := $(if $(GPU),--index-url https://pypi.org/simple,)
 
 .PHONY: env reports test test-fast lint lab benchmarks gpu-check notebooks clean
 
@@ -14,7 +18,7 @@ env: $(STAMP)
 # packages); elsewhere set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu.
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet $(TORCH_INDEX) torch==2.13.0
 	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,ray]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (kt-workbook)" > /dev/null
 	touch $(STAMP)
