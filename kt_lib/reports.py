@@ -137,12 +137,19 @@ def title_of(path: Path) -> str:
 SUMMARY_TAG = "summary"
 
 
+def markdown_html(text: str) -> str:
+    """Markdown (tables included) as HTML, with mistune, the renderer nbconvert itself uses."""
+    import mistune
+
+    return mistune.html(text)
+
+
 def read_summary(executed: Path) -> str:
     """HTML of the outputs of the cells tagged `summary` in an executed notebook ("" if none).
 
-    Rich outputs (a DataFrame's HTML) are used as is, plain text goes in <pre>, figures are left
-    to the notebook's own page; a notebook that cannot be read gives "" (the index must render
-    whatever happened).
+    Rich outputs (a DataFrame's HTML) are used as is, Markdown is rendered, plain text goes in
+    <pre>, figures are left to the notebook's own page; a notebook that cannot be read gives ""
+    (the index must render whatever happened).
     """
     try:
         nb = json.loads(Path(executed).read_text(encoding="utf-8"))
@@ -156,6 +163,8 @@ def read_summary(executed: Path) -> str:
             data = output.get("data", {})
             if "text/html" in data:
                 parts.append("".join(data["text/html"]))
+            elif "text/markdown" in data:  # IPython's Markdown(...): its text/plain is a repr
+                parts.append(markdown_html("".join(data["text/markdown"])))
             elif "image/png" in data:  # figures stay in the notebook's page (text is "<Figure>")
                 continue
             elif "text/plain" in data:

@@ -361,9 +361,18 @@ def test_report_index_shows_summaries(tmp_path):
             execution_count=1,
         ),
         new_output("display_data", data={"image/png": "iVBO", "text/plain": "<Figure size 1x1>"}),
+        new_output(  # IPython.display.Markdown: rendered, never its repr
+            "display_data",
+            data={
+                "text/markdown": "| pair | diff |\n|---|---|\n| a - b | +0.0013 |\n",
+                "text/plain": "<IPython.core.display.Markdown object>",
+            },
+        ),
     ]
     nbformat.write(new_notebook(cells=[new_code_cell("x = 1"), cell]), tmp_path / "08_a.ipynb")
     assert "<td>0.81</td>" in reports.read_summary(tmp_path / "08_a.ipynb")
+    assert "<td>+0.0013</td>" in reports.read_summary(tmp_path / "08_a.ipynb")
+    assert "IPython.core.display" not in reports.read_summary(tmp_path / "08_a.ipynb")
     assert "Figure" not in reports.read_summary(tmp_path / "08_a.ipynb")
     assert reports.read_summary(tmp_path / "missing.ipynb") == ""
     runs = [
