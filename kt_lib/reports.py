@@ -137,6 +137,20 @@ def title_of(path: Path) -> str:
 SUMMARY_TAG = "summary"
 
 
+def relative_paths(notebook: Path) -> None:
+    """Papermill records the absolute input/output paths of the machine that ran a notebook;
+    committed notebooks carry them relative to the workbook instead."""
+    nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
+    meta = nb.get("metadata", {}).get("papermill", {})
+    for key in ("input_path", "output_path"):
+        if meta.get(key) and Path(meta[key]).is_absolute():
+            try:
+                meta[key] = str(Path(meta[key]).resolve().relative_to(ROOT))
+            except ValueError:
+                meta[key] = Path(meta[key]).name
+    Path(notebook).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
 def markdown_html(text: str) -> str:
     """Markdown (tables included) as HTML, with mistune, the renderer nbconvert itself uses."""
     import mistune
@@ -278,7 +292,9 @@ def run(
                 kernel_name="python3",
                 progress_bar=False,
             )
-            if not inplace:
+            if inplace:
+                relative_paths(target)
+            else:
                 to_html(target, out / f"{path.stem}.html")
         except Exception as exc:  # a failed notebook is reported, the others still run
             lines = str(exc).splitlines() or [""]

@@ -703,3 +703,15 @@ def test_report_overrides_parse_as_yaml():
         reports.parse_overrides(["models"])
     with pytest.raises(SystemExit, match="modles"):  # a misspelt parameter is not dropped
         reports.run("quick", ["10"], overrides={"modles": ["dkt"]})
+
+
+def test_committed_notebooks_carry_no_absolute_papermill_paths():
+    """`reports run --inplace` writes papermill's input/output paths relative to the workbook."""
+    import json
+
+    from kt_lib import reports
+
+    for path in sorted(reports.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        meta = json.loads(path.read_text())["metadata"].get("papermill", {})
+        for key in ("input_path", "output_path"):
+            assert not str(meta.get(key, "")).startswith("/"), (path.name, key, meta[key])

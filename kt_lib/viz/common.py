@@ -92,10 +92,12 @@ def plot_roc(predictions: dict[str, dict], ax=None):
     return ax
 
 
-def plot_metric_bars(table: pd.DataFrame, metric: str, by: str = "model", ax=None):
-    """Mean +- std of a metric per group (rows are runs, e.g. seeds)."""
+def plot_metric_bars(
+    table: pd.DataFrame, metric: str, by: str = "model", ax=None, hue: str | None = None
+):
+    """Mean +- std of a metric per group (rows are runs, e.g. seeds), side by side per `hue`."""
     ax = ax or plt.subplots(figsize=(6, 3.5))[1]
-    sns.barplot(table, x=by, y=metric, errorbar="sd", capsize=0.2, ax=ax)
+    sns.barplot(table, x=by, y=metric, hue=hue, errorbar="sd", capsize=0.2, ax=ax)
     lo = table[metric].min()
     ax.set_ylim(max(0.0, lo - 0.05), None)
     ax.tick_params(axis="x", rotation=30)
