@@ -177,6 +177,7 @@ def run_leaderboard(
     histories: Iterable[str] = ("window",),
     variants: dict[str, dict] | None = None,
     dataset_overrides: dict[str, dict[str, dict]] | None = None,
+    checkpoint_dir: str | Path | None = None,
 ) -> pd.DataFrame:
     """Train `models` on each (data_dir, data_format) following `fold_plan`; rows as in
     `load_results`, in plan order (the simulator takes `simulator` keyword arguments,
@@ -193,6 +194,10 @@ def run_leaderboard(
     folder's) to {model or variant label: fields} laid over everything else on that dataset
     alone (an entry for a model does not reach its variants), e.g. smaller SimAKT banks where
     the training students are few. Fields a model does not have are refused before any run.
+
+    `checkpoint_dir` (workers=1 only) gives each run an epoch checkpoint there, named by its
+    `run_key`, resumed from when the same run is started again after a kill and removed once its
+    row is written.
 
     With `results_file` the run is resumable: each finished run is merged into that JSON file
     (file lock, atomic rewrite; `load_results` reads it), and runs already in it with the same
@@ -262,7 +267,7 @@ def run_leaderboard(
                     "label": name if base != name else None,
                     "config": None,
                     "overrides": copy.deepcopy(model_overrides),
-                    "train": train,
+                    "train": _with_checkpoint(train, checkpoint_dir, key),
                     "histories": histories,
                     "data": runner.data_spec(data_dir, data_format, fold, seed, **kw),
                 }
@@ -290,7 +295,19 @@ def run_leaderboard(
         rows[out.index] = row
         if path is not None:
             add_runs(path, [row])
+        if out.ok and checkpoint_dir is not None:  # the row is safe: its checkpoint can go
+            prefix = _with_checkpoint(train, checkpoint_dir, tail["run_key"])["checkpoint"]
+            for f in Path(prefix).parent.glob(Path(prefix).name + "_*"):
+                f.unlink(missing_ok=True)
     return pd.DataFrame(rows)
+
+
+def _with_checkpoint(train: dict, checkpoint_dir, key: str) -> dict:
+    """The run's train settings with its own checkpoint prefix under `checkpoint_dir`."""
+    if checkpoint_dir is None:
+        return train
+    name = "".join(c if c.isalnum() or c in "-=." else "_" for c in key)
+    return {**train, "checkpoint": str(Path(checkpoint_dir) / name), "resume": True}
 
 
 # run_experiment's own keywords: a model config field cannot take these names

@@ -4,7 +4,8 @@
     python -m kt_lib.studies status simakt                  # done / left per cell, ETA
     python -m kt_lib.studies run simakt [--data-root ../shared/data] [--device cuda]
                                         [--workers 4] [--threads 1]
-    python -m kt_lib.leaderboard results/simakt.json --pairs simakt:dtransformer ...
+    python -m kt_lib.studies render simakt                   # the README's block, from the file
+    python -m kt_lib.leaderboard results/simakt.json --pairs simakt_pwd:dtransformer ...
 
 A study is a list of parts (datasets x models) that share one training recipe, one preset and one
 results file. `run` is resumable: each finished run is merged into the file at once (file lock,
@@ -22,19 +23,24 @@ import dataclasses
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from .leaderboard import (
     ROOT,
     _cell_configs,
     _read_runs,
     dataset_name,
     fold_plan,
+    load_results,
     run_key,
     run_leaderboard,
+    to_markdown,
 )
 from .runner import train_settings
 from .train import TrainConfig
 
 RESULTS = ROOT / "results"
+CHECKPOINTS = ROOT / "runs" / "checkpoints"  # git-ignored: per-run epoch checkpoints of studies
 DATA_ROOT = ROOT.parent / "shared" / "data"
 
 
@@ -179,8 +185,13 @@ def run(
     workers: int = 1,
     path: str | Path | None = None,
     progress: bool = True,
+    checkpoints: str | Path | None = CHECKPOINTS,
 ) -> None:
-    """Fill the study's results file (resumable; see the module docstring)."""
+    """Fill the study's results file (resumable; see the module docstring). With workers=1 each
+    run also writes an epoch checkpoint under `checkpoints/<study>/` (None: none), so a run
+    killed mid-way resumes from its last finished epoch when the study is started again; the
+    checkpoint is removed once the run's row is in the results file."""
+    ckpt = Path(checkpoints) / study.name if checkpoints is not None and workers == 1 else None
     for part in study.parts:
         datasets = []
         for folder, fmt in part.datasets:
@@ -201,7 +212,46 @@ def run(
             workers=workers,
             histories=study.histories,
             progress=progress,
+            checkpoint_dir=ckpt,
         )
+
+
+def render(study: Study, path: str | Path | None = None) -> str:
+    """The README's block for a study, from its results file alone: per (dataset, model) the
+    test AUC (mean ± std over runs), runs, mean best epoch and training seconds, the device;
+    then each of the study's pairs per dataset and pooled over datasets (paired by dataset,
+    fold and seed; kt_lib.stats). `python -m kt_lib.studies render NAME` prints it."""
+    from .stats import compare_pairs, pairs_markdown
+
+    runs = load_results(path or study.path)
+    if "error" in runs:
+        runs = runs[runs["error"].isna()]
+    metrics = ["test_auc"] + (["test_qwk"] if "test_qwk" in runs else [])
+    g = runs.groupby(["dataset", "model"], sort=False)
+    rows = []
+    for (dataset, model), part in g:
+        row = {"dataset": dataset, "model": model}
+        for m in metrics:
+            v = part[m].dropna()
+            row[m] = f"{v.mean():.4f} ± {v.std(ddof=1):.4f}" if len(v) > 1 else f"{v.mean():.4f}"
+        row.update(
+            runs=len(part),
+            best_epoch=f"{part['best_epoch'].mean():.1f}",
+            train_s=f"{part['train_seconds'].mean():.0f}",
+            device=", ".join(sorted(set(part["device_name"].astype(str)))),
+        )
+        rows.append(row)
+    out = [to_markdown(pd.DataFrame(rows), index=False)]
+    for m in metrics:
+        if study.pairs:
+            per = compare_pairs(runs, list(study.pairs), metric=m, per="dataset")
+            out += [f"Paired, per dataset ({m}):", pairs_markdown(per)]
+            if runs["dataset"].nunique() > 1:
+                pooled = compare_pairs(runs, list(study.pairs), metric=m)
+                out += [f"Paired, pooled over datasets ({m}):", pairs_markdown(pooled)]
+    hours = runs["wall_seconds"].sum() / 3600
+    out.append(f"{len(runs)} runs; their wall times add up to {hours:.2f} h.")
+    return "\n\n".join(x.strip() for x in out) + "\n"
 
 
 def _fmt_eta(seconds: float | None) -> str:
@@ -214,6 +264,9 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list")
+    r = sub.add_parser("render", help="the README block of a study, from its results file")
+    r.add_argument("name", choices=sorted(STUDIES))
+    r.add_argument("--out", default=None, help="results file (default results/<name>.json)")
     for cmd in ("status", "run"):
         s = sub.add_parser(cmd)
         s.add_argument("name", choices=sorted(STUDIES))
@@ -229,6 +282,9 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{s.name:10s} {len(s.plan())} runs  {s.question}")
         return
     study = get(a.name)
+    if a.cmd == "render":
+        print(render(study, a.out), end="")
+        return
     if a.cmd == "run":
         if a.threads:
             import torch

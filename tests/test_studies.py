@@ -1,0 +1,104 @@
+"""kt_lib.studies: the studies of record, their committed results files, the README's tables
+rendered from them, and runs that survive a kill."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+
+import pytest
+
+from kt_lib import studies
+from kt_lib.data.formats import write_line3
+from kt_lib.data.synthetic import simulate
+from kt_lib.leaderboard import ROOT
+from kt_lib.models.base import KTModel
+
+README = (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize("name", sorted(studies.STUDIES))
+def test_readme_block_is_the_rendering_of_the_results_file(name):
+    """No figure of the README's Results can drift from its data: each study's block between
+    its markers is exactly `python -m kt_lib.studies render NAME`."""
+    found = re.search(rf"<!-- study:{name} -->\n(.*?)<!-- /study:{name} -->", README, re.S)
+    assert found, f"README has no <!-- study:{name} --> block"
+    assert found.group(1) == studies.render(studies.get(name)), (
+        f"README block of {name!r} differs from its results file: paste the output of "
+        f"`python -m kt_lib.studies render {name}`"
+    )
+
+
+@pytest.mark.parametrize("name", sorted(studies.STUDIES))
+def test_every_planned_run_is_in_the_committed_results(name):
+    study = studies.get(name)
+    rows, left, _ = studies.status(study)
+    assert not left, f"{name}: {len(left)} runs missing, e.g. {left[0]}"
+    for r in rows:
+        assert r["commit"] and r["commit"] != "unknown" and r["wall_seconds"] > 0, r["run_key"]
+        assert r["device_name"] and r["date"] and "test_auc" in r and "train" in r
+    cells = {}
+    for r in rows:
+        cells.setdefault((r["dataset"], r["model"]), []).append(r)
+    assert all(len(v) >= 3 for v in cells.values()), {k: len(v) for k, v in cells.items()}
+
+
+def test_plan_refuses_an_unknown_study():
+    with pytest.raises(KeyError, match="the studies are"):
+        studies.get("nope")
+
+
+def _tiny_study(tmp_path):
+    sim = simulate(num_students=60, seq_len=20, num_c=5, seed=3).data
+    folder = tmp_path / "data" / "tiny"
+    folder.mkdir(parents=True)
+    train, test = sim.subset(range(45)), sim.subset(range(45, 60))
+    write_line3(train, folder / "tiny_train.csv")
+    write_line3(test, folder / "tiny_test.csv")
+    part = studies.Part((("tiny", "line3"),), ("dkt",))
+    return dataclasses.replace(
+        studies.get("base"), name="tiny", parts=(part,), pairs=(), folds=0, seeds=(0,),
+        preset="tiny", epochs=4, patience=10,
+    )  # fmt: skip
+
+
+def test_a_killed_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
+    """Kill a study's run at the start of epoch 2 (epochs 0-1 checkpointed), start the study
+    again: the run resumes at epoch 2, not 0, and its result equals an uninterrupted run's."""
+    study = _tiny_study(tmp_path)
+    data, epochs = tmp_path / "data", []
+    original = KTModel.on_epoch_start
+
+    def record(self, epoch, train):
+        epochs.append(epoch)
+        if kill_at is not None and epoch == kill_at:
+            raise RuntimeError("killed")
+        return original(self, epoch, train)
+
+    monkeypatch.setattr(KTModel, "on_epoch_start", record)
+    kill_at = None
+    studies.run(study, data, path=tmp_path / "a.json", checkpoints=tmp_path / "ck_a",
+                progress=False)  # fmt: skip
+    assert epochs == [0, 1, 2, 3]
+    whole = json.loads((tmp_path / "a.json").read_text())["results"][0]
+    assert not list((tmp_path / "ck_a").rglob("*")) or all(
+        p.is_dir() for p in (tmp_path / "ck_a").rglob("*")
+    )  # a finished run's checkpoint is removed
+
+    epochs.clear()
+    kill_at = 2
+    with pytest.warns(RuntimeWarning, match="failed"):
+        studies.run(study, data, path=tmp_path / "b.json", checkpoints=tmp_path / "ck_b",
+                    progress=False)  # fmt: skip
+    assert epochs == [0, 1, 2]
+    assert "killed" in json.loads((tmp_path / "b.json").read_text())["results"][0]["error"]
+    epochs.clear()
+    kill_at = None
+    studies.run(study, data, path=tmp_path / "b.json", checkpoints=tmp_path / "ck_b",
+                progress=False)  # fmt: skip
+    assert epochs == [2, 3]  # resumed mid-run
+    resumed = json.loads((tmp_path / "b.json").read_text())["results"]
+    assert len(resumed) == 1 and not resumed[0].get("error")
+    for key in ("test_auc", "test_acc", "test_rmse", "best_epoch"):
+        assert resumed[0][key] == whole[key], key
