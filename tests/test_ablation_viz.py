@@ -715,3 +715,18 @@ def test_committed_notebooks_carry_no_absolute_papermill_paths():
         meta = json.loads(path.read_text())["metadata"].get("papermill", {})
         for key in ("input_path", "output_path"):
             assert not str(meta.get(key, "")).startswith("/"), (path.name, key, meta[key])
+
+
+def test_papermill_parses_every_parameter_cell_without_warnings(caplog):
+    """Papermill logs 'Unable to parse line ...' for a parameter line it cannot read (an '=' in
+    the comment did it): such a parameter would be silently dropped from the report's record."""
+    import logging
+
+    import papermill as pm
+
+    from kt_lib import reports
+
+    with caplog.at_level(logging.WARNING):
+        for path in sorted(reports.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+            pm.inspect_notebook(str(path))
+    assert "Unable to parse" not in caplog.text, caplog.text
