@@ -149,11 +149,45 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> tuple[dict, dict[st
     return meta, _torch_load(data, pt, map_location)
 
 
-def load_model(path: str | Path, map_location="cpu"):
-    """Rebuild a registered model from `save_model` files; returns (model, meta, tensors)."""
+TRUSTED_PREFIX = "kt_lib."  # module paths inside the workbook load without opting in
+
+
+def code_named(data: Any) -> list[str]:
+    """Every `module_path` value in a loaded JSON structure that points outside kt_lib: code
+    that building from this file would import (and so run)."""
+    found = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if k == "module_path" and isinstance(v, str) and not v.startswith(TRUSTED_PREFIX):
+                found.append(v)
+            else:
+                found += code_named(v)
+    elif isinstance(data, list):
+        for v in data:
+            found += code_named(v)
+    return found
+
+
+def refuse_untrusted_code(data: Any, source: str | Path, trust_code: bool) -> None:
+    """Raise PermissionError when a file names code to import and the caller did not opt in
+    (`trust_code=True`, as Hugging Face's `trust_remote_code`). Configs written in Python by the
+    user are trusted; only files being loaded are checked, before anything is imported."""
+    names = code_named(data)
+    if names and not trust_code:
+        raise PermissionError(
+            f"{source}: names code to import ({', '.join(sorted(set(names)))}); loading it would "
+            "run that code. Pass trust_code=True if you trust this file."
+        )
+
+
+def load_model(path: str | Path, map_location="cpu", trust_code: bool = False):
+    """Rebuild a registered model from `save_model` files; returns (model, meta, tensors).
+    A checkpoint whose config names a module outside kt_lib (a custom SimAKT head's
+    `module_path`) is refused unless `trust_code=True`: nothing is imported before that check."""
     from .models import build_model
 
     meta, tensors = load_checkpoint(path, map_location)
+    refuse_untrusted_code(meta.get("config"), Path(path).with_suffix(".json"), trust_code)
     model = build_model(meta["model"], meta["config"])
     model.load_state_dict(tensors["model"])
     model.load_extra_state(tensors.get("extra", {}))

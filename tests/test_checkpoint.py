@@ -172,3 +172,48 @@ def test_atomic_writes_get_the_mode_open_would_give(model, tmp_path):
     finally:
         os.umask(old)
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+PROBE = """
+from kt_lib.heads.similarity import DeepSetSimilarity
+
+IMPORTED = True
+
+
+class ProbeHead(DeepSetSimilarity):
+    pass
+"""
+
+
+def test_a_checkpoint_naming_outside_code_is_refused_without_trust_code(tmp_path, monkeypatch):
+    """Loading never imports a module a file names unless the caller opts in: the refused load
+    leaves the module unimported; kt_lib's own heads load without the flag; trust_code=True
+    loads the custom one and gives the same predictions."""
+    import sys
+
+    from kt_lib.checkpoint import load_model, save_model
+    from tests.test_simakt import OTHER_HEADS, random_batch, simakt, students
+
+    train = students()
+    model = simakt(OTHER_HEADS, train)
+    save_model(tmp_path / "ours", model)
+    again, _, _ = load_model(tmp_path / "ours")  # kt_lib.heads...DeepSetSimilarity: trusted
+    assert type(again) is type(model)
+
+    (tmp_path / "kt_probe_head.py").write_text(PROBE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    meta = json.loads((tmp_path / "ours.json").read_text())
+    text = json.dumps(meta).replace(
+        "kt_lib.heads.similarity.DeepSetSimilarity", "kt_probe_head.ProbeHead"
+    )
+    shutil.copy(tmp_path / "ours.pt", tmp_path / "probe.pt")
+    (tmp_path / "probe.json").write_text(text)
+    with pytest.raises(PermissionError, match=r"kt_probe_head\.ProbeHead.*trust_code=True"):
+        load_model(tmp_path / "probe")
+    assert "kt_probe_head" not in sys.modules
+    loaded, _, _ = load_model(tmp_path / "probe", trust_code=True)
+    assert "kt_probe_head" in sys.modules
+    batch = random_batch(8, B=3, L=16, num_pid=train.num_pid, seed=0)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(batch).logits, model.eval()(batch).logits)
+    sys.modules.pop("kt_probe_head", None)

@@ -36,7 +36,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..checkpoint import atomic_write_bytes, load_checkpoint, save_json
+from ..checkpoint import (
+    atomic_write_bytes,
+    load_checkpoint,
+    refuse_untrusted_code,
+    save_json,
+)
 from ..data.dataset import Batch, KTDataset, StudentSeq
 from ..heads.simakt_config import (
     PRESET_DIR,
@@ -346,9 +351,12 @@ class SimAKT(DTransformer):
         meta["pt_sha256"] = hashlib.sha256(data).hexdigest()
         save_json(path.with_suffix(".json"), meta)
 
-    def load_banks(self, path: str | Path, train: KTDataset | None = None) -> None:
+    def load_banks(
+        self, path: str | Path, train: KTDataset | None = None, trust_code: bool = False
+    ) -> None:
         """Restore banks written by `save_banks` (checked: SHA-256, the config they depend on,
-        the model sizes and, given `train`, the training students)."""
+        the model sizes and, given `train`, the training students). An old bank file whose
+        similarity config names a module outside kt_lib is refused without `trust_code`."""
         path = Path(path)
         if not path.with_suffix(".json").is_file():
             raise FileNotFoundError(
@@ -358,6 +366,7 @@ class SimAKT(DTransformer):
         meta, tensors = load_checkpoint(path)
         saved = meta.get("similarity_config")
         if saved is None:  # written before the typed config: compare the parsed spec
+            refuse_untrusted_code(meta.get("similarity"), path.with_suffix(".json"), trust_code)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 saved = load_simakt_config(meta["similarity"]).bank_signature()
