@@ -2,12 +2,12 @@
 
 Both files are written atomically (temp file in the same folder, then os.replace), with the mode a
 plain open() would give them. A model checkpoint is a pair written `.pt` first, `.json` second;
-the `.json` records the SHA-256 of the exact `.pt` bytes (`pt_sha256`), and loading checks it, so
-a pair torn by an interrupted save, or a damaged `.pt`, is refused instead of loaded. Unreadable
-files raise ValueError naming the file. No pickle runs on load, but a model config may name a
-custom similarity head by `module_path`: loading such a checkpoint imports that module (its
-import-time code runs), so load checkpoints only from sources you trust.
-"""
+the `.json` records the SHA-256 of the exact `.pt` bytes (`pt_sha256`) and is the commit point.
+While a new `.pt` replaces the old one, the old stays reachable as `<prefix>.prev.pt` (a hard
+link), so a save killed at any instant leaves the old pair or the new one loadable, whole; a
+damaged `.pt` is refused. Unreadable files raise ValueError naming the file. No pickle runs on
+load, and a config naming a custom similarity head's `module_path` outside kt_lib is imported
+only with `load_model(..., trust_code=True)`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import stat
 import tempfile
 import warnings
@@ -122,10 +123,31 @@ def save_model(path: str | Path, model, meta: dict | None = None, optimizer=None
     buf = io.BytesIO()
     torch.save(tensors, buf)
     data = buf.getvalue()
-    atomic_write_bytes(path.with_suffix(".pt"), lambda f: f.write(data))
+    pt, prev = path.with_suffix(".pt"), _previous(path)
+    if pt.exists():  # the .json still names this .pt until it is replaced: keep it reachable
+        _keep_copy(pt, prev)
+    atomic_write_bytes(pt, lambda f: f.write(data))
     info = {"model": model.registry_name, "config": asdict(model.config), **(meta or {})}
     info["pt_sha256"] = hashlib.sha256(data).hexdigest()
-    save_json(path.with_suffix(".json"), info)
+    save_json(path.with_suffix(".json"), info)  # the commit point: the new pair is whole
+    prev.unlink(missing_ok=True)
+
+
+def _previous(path: Path) -> Path:
+    """`<prefix>.prev.pt`: the `.pt` the current `.json` names while a new pair is written."""
+    pt = path.with_suffix(".pt")
+    return pt.with_name(pt.stem + ".prev.pt")
+
+
+def _keep_copy(src: Path, dst: Path) -> None:
+    """`dst` becomes a hard link to (or, where links fail, a copy of) `src`, atomically."""
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
 
 
 def load_checkpoint(path: str | Path, map_location="cpu") -> tuple[dict, dict[str, Any]]:
@@ -141,7 +163,12 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> tuple[dict, dict[st
     expected = meta.get("pt_sha256")
     if expected is None:
         warnings.warn(f"{js}: no pt_sha256; {pt} is not verified", UserWarning, stacklevel=2)
-    elif hashlib.sha256(data).hexdigest() != expected:
+    elif hashlib.sha256(data).hexdigest() != expected and _previous(path).is_file():
+        # a save killed between its .pt and its .json: the .json still names the previous .pt
+        prev = _read_bytes(_previous(path))
+        if hashlib.sha256(prev).hexdigest() == expected:
+            return meta, _torch_load(prev, _previous(path), map_location)
+    if expected is not None and hashlib.sha256(data).hexdigest() != expected:
         raise ValueError(
             f"{pt} does not match {js} (its SHA-256 differs from the one recorded there): the "
             "pair is inconsistent (e.g. an interrupted write) or corrupted"

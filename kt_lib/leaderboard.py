@@ -306,7 +306,7 @@ def _with_checkpoint(train: dict, checkpoint_dir, key: str) -> dict:
     """The run's train settings with its own checkpoint prefix under `checkpoint_dir`."""
     if checkpoint_dir is None:
         return train
-    name = "".join(c if c.isalnum() or c in "-=." else "_" for c in key)
+    name = "".join(c if c.isalnum() or c in "-=" else "_" for c in key)  # no dots: suffixes
     return {**train, "checkpoint": str(Path(checkpoint_dir) / name), "resume": True}
 
 

@@ -71,8 +71,13 @@ def test_pt_of_another_epoch_is_refused(model, tmp_path):
         load_checkpoint(tmp_path / "a" / "m")
 
 
-def test_save_interrupted_between_pt_and_json_is_refused(model, tmp_path, monkeypatch):
+def test_save_interrupted_between_pt_and_json_loads_the_previous_pair(
+    model, tmp_path, monkeypatch
+):
+    """The .json still names the previous .pt, kept as <prefix>.prev.pt: that pair loads; without
+    it (removed by hand) the torn pair is refused, never loaded."""
     save_model(tmp_path / "m", model, {"epoch": 1})
+    before = {k: v.clone() for k, v in model.state_dict().items()}
 
     def killed(path, obj):
         raise KeyboardInterrupt  # the process dies after the .pt rename, before the .json
@@ -81,6 +86,10 @@ def test_save_interrupted_between_pt_and_json_is_refused(model, tmp_path, monkey
     _bump(model)
     with pytest.raises(KeyboardInterrupt):
         save_model(tmp_path / "m", model, {"epoch": 2})
+    meta, tensors = load_checkpoint(tmp_path / "m")
+    assert meta["epoch"] == 1
+    assert all(torch.equal(v, before[k]) for k, v in tensors["model"].items())
+    (tmp_path / "m.prev.pt").unlink()
     with pytest.raises(ValueError, match="inconsistent"):
         load_checkpoint(tmp_path / "m")
 
@@ -217,3 +226,44 @@ def test_a_checkpoint_naming_outside_code_is_refused_without_trust_code(tmp_path
     with torch.no_grad():
         torch.testing.assert_close(loaded.eval()(batch).logits, model.eval()(batch).logits)
     sys.modules.pop("kt_probe_head", None)
+
+
+@pytest.mark.parametrize("kill_at", range(6))
+def test_a_save_killed_at_any_step_leaves_a_whole_checkpoint(tmp_path, monkeypatch, kill_at):
+    """Kill `save_model` at each file operation of its sequence (link the old .pt aside, write
+    the new .pt, write the .json, drop the aside copy): loading then gives the old checkpoint or
+    the new one, whole, never an error; and a later save over the debris works."""
+    from kt_lib.checkpoint import load_checkpoint, save_model
+
+    torch.manual_seed(0)
+    model = build_model("sakt", preset="tiny", dataset=make_tiny_dataset(n=4))
+    save_model(tmp_path / "m", model, {"epoch": 0})
+    old = {k: v.clone() for k, v in model.state_dict().items()}
+    _bump(model)
+    new = {k: v.clone() for k, v in model.state_dict().items()}
+    calls = {"n": 0}
+
+    def dying(fn):
+        def run(*a, **kw):
+            if calls["n"] == kill_at:
+                raise KeyboardInterrupt("killed")
+            calls["n"] += 1
+            return fn(*a, **kw)
+
+        return run
+
+    for name in ("replace", "link", "unlink"):
+        monkeypatch.setattr(os, name, dying(getattr(os, name)))
+    try:
+        save_model(tmp_path / "m", model, {"epoch": 1})
+        finished = True
+    except KeyboardInterrupt:
+        finished = False
+    monkeypatch.undo()
+    meta, tensors = load_checkpoint(tmp_path / "m")
+    want = new if meta["epoch"] == 1 else old
+    assert meta["epoch"] in (0, 1) and (finished <= (meta["epoch"] == 1))
+    for k, v in tensors["model"].items():
+        assert torch.equal(v, want[k]), (kill_at, k)
+    save_model(tmp_path / "m", model, {"epoch": 2})
+    assert load_checkpoint(tmp_path / "m")[0]["epoch"] == 2
