@@ -1,33 +1,17 @@
 """kt_lib.studies: the studies of record, their committed results files, the README's tables
-rendered from them, and runs that survive a kill."""
+rendered from them (checked in tests/test_docs.py), and runs that survive a kill."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import re
 
 import pytest
 
 from kt_lib import studies
 from kt_lib.data.formats import write_line3
 from kt_lib.data.synthetic import simulate
-from kt_lib.leaderboard import ROOT
 from kt_lib.models.base import KTModel
-
-README = (ROOT / "README.md").read_text()
-
-
-@pytest.mark.parametrize("name", sorted(studies.STUDIES))
-def test_readme_block_is_the_rendering_of_the_results_file(name):
-    """No figure of the README's Results can drift from its data: each study's block between
-    its markers is exactly `python -m kt_lib.studies render NAME`."""
-    found = re.search(rf"<!-- study:{name} -->\n(.*?)<!-- /study:{name} -->", README, re.S)
-    assert found, f"README has no <!-- study:{name} --> block"
-    assert found.group(1) == studies.render(studies.get(name)), (
-        f"README block of {name!r} differs from its results file: paste the output of "
-        f"`python -m kt_lib.studies render {name}`"
-    )
 
 
 @pytest.mark.parametrize("name", sorted(studies.STUDIES))

@@ -1,0 +1,113 @@
+"""The README and docs/ cannot rot: every results block is the rendering of its results file, every
+shell command names a make target, module or script that exists and flags it accepts, and the
+README's Python example runs."""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kt_lib import studies
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+TEXT = {p.relative_to(ROOT).as_posix(): p.read_text() for p in PAGES}
+
+# a python command: module or script, then its arguments up to the end of the (joined) line
+PY_CMD = re.compile(r"(?:\.venv/bin/)?python3? (-m [\w.]+|benchmarks/\w+\.py)([^;&|#\n]*)")
+MAKE_CMD = re.compile(r"^\s*make ([\w-]+)", re.M)
+
+
+def bash_blocks(text: str) -> list[str]:
+    """Fenced bash blocks, continuation lines joined."""
+    blocks = re.findall(r"```bash\n(.*?)```", text, re.S)
+    return [re.sub(r"\\\n\s*", " ", b) for b in blocks]
+
+
+def commands() -> list[tuple[str, str, str]]:
+    """(page, target, argument string) of every python command in a bash block."""
+    found = []
+    for page, text in TEXT.items():
+        for block in bash_blocks(text):
+            for target, args in PY_CMD.findall(block):
+                found.append((page, target, args))
+    return found
+
+
+@functools.cache
+def help_text(target: str, sub: tuple[str, ...] = ()) -> str:
+    argv = target.split() if target.startswith("-m") else [target]
+    out = subprocess.run(
+        [sys.executable, *argv, *sub, "--help"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0, f"`python {target} {' '.join(sub)} --help` fails:\n{out.stderr}"
+    return out.stdout
+
+
+def subcommands(target: str, words: list[str]) -> tuple[str, ...]:
+    """The leading words that the command's help lists as subcommands ({a,b,...})."""
+    choices = set()
+    for group in re.findall(r"\{([\w,-]+)\}", help_text(target)):
+        choices |= set(group.split(","))
+    return tuple(w for w in words[:1] if w in choices)
+
+
+@pytest.mark.parametrize("name", sorted(studies.STUDIES))
+def test_every_results_block_is_the_rendering_of_its_file(name):
+    """Each study's block between its markers, wherever it appears, is exactly
+    `python -m kt_lib.studies render NAME`."""
+    rendered = studies.render(studies.get(name))
+    pattern = rf"<!-- study:{name} -->\n(.*?)<!-- /study:{name} -->"
+    blocks = [(page, b) for page, text in TEXT.items() for b in re.findall(pattern, text, re.S)]
+    assert blocks, f"no page has a <!-- study:{name} --> block"
+    for page, block in blocks:
+        assert block == rendered, (
+            f"{page}: the block of {name!r} differs from its results file: paste the output "
+            f"of `python -m kt_lib.studies render {name}`"
+        )
+
+
+def test_make_targets_exist():
+    makefile = (ROOT / "Makefile").read_text()
+    targets = set(re.findall(r"^([\w-]+):", makefile, re.M))
+    used = {t for text in TEXT.values() for b in bash_blocks(text) for t in MAKE_CMD.findall(b)}
+    assert used and used <= targets, used - targets
+
+
+def test_commands_name_modules_and_flags_that_exist():
+    """Each `python -m MODULE [SUB] --flag ...` and `python benchmarks/X.py --flag ...` in the
+    pages: the module or script answers --help, and every flag used is in that help."""
+    cmds = commands()
+    assert len(cmds) >= 10, cmds
+    bad = []
+    for page, target, args in cmds:
+        words = args.split()
+        sub = subcommands(target, words)
+        helptext = help_text(target, sub)
+        for flag in re.findall(r"(?<![\w-])(--[a-z][\w-]*)", args):
+            if flag not in helptext:
+                bad.append(f"{page}: `python {target} {' '.join(sub)}` has no {flag}")
+    assert not bad, "\n".join(bad)
+
+
+def test_readme_python_example_runs(tmp_path, monkeypatch):
+    """The README's "your own data" example, on a tiny 3-line folder, tiny preset, one epoch."""
+    from kt_lib.data import simulate, write_line3
+
+    code = re.search(r"```python\n(.*?)```", TEXT["README.md"], re.S).group(1)
+    sim = simulate(num_students=40, seq_len=20, num_c=5, seed=0).data
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    write_line3(sim.subset(range(30)), folder / "mine_train.csv")
+    write_line3(sim.subset(range(30, 40)), folder / "mine_test.csv")
+    code = code.replace("path/to/my_folder", str(folder)).replace('preset="paper"', 'preset="tiny"')
+    code = code.replace("epochs=30", "epochs=1")
+    monkeypatch.setattr("builtins.print", lambda *a, **k: printed.extend(a))
+    printed: list = []
+    exec(compile(code, "README.md", "exec"), {})
+    assert printed and 0.0 <= printed[0]["auc"] <= 1.0
