@@ -28,9 +28,7 @@ def find_file(raw_path: Path, names: Sequence[str], what: str) -> Path:
 
 
 def table_input(table: RawTable) -> RawInput:
-    return RawInput(
-        str(table.path), table.sha256, len(table.text.encode(table.encoding)), table.encoding
-    )
+    return RawInput(str(table.path), table.sha256, table.size, table.encoding)
 
 
 def binary(table: RawTable, frame: pd.DataFrame, drops: Drops, column: str, values: pd.Series):

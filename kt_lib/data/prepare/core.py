@@ -16,7 +16,6 @@ What every dataset shares (pykt-toolkit's `split_datasets.py` choices, read from
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -169,7 +168,3 @@ def build(log: RawLog, min_seq_len: int, seed: int, test_frac: float, n_folds: i
         counts=counts,
         max_concepts=int(per_row.max()) if len(per_row) else 1,
     )
-
-
-def describe_input(path: Path, digest: str, encoding: str = "") -> RawInput:
-    return RawInput(str(path), digest, path.stat().st_size, encoding)

@@ -27,24 +27,35 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _decode(data: bytes) -> tuple[str, str]:
-    """(text, encoding): UTF-8 (a BOM dropped) when the bytes are valid UTF-8, else latin-1."""
-    try:
-        return data.decode("utf-8-sig"), _ENCODINGS[0]
-    except UnicodeDecodeError:
-        return data.decode(_ENCODINGS[1]), _ENCODINGS[1]
+def _file_sha256(path: Path, block: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 @dataclass
 class RawTable:
-    """One raw file as a frame of text cells; the frame's index is the data row (0-based)."""
+    """One raw file as a frame of text cells; the frame's index is the data row (0-based).
+
+    Large files are read by pandas from disk, never held as one decoded string; the text is
+    walked again only to name the line of a bad cell.
+    """
 
     path: Path
     frame: pd.DataFrame
-    text: str = field(repr=False)
     encoding: str
     sep: str
     sha256: str
+    size: int
+    data: bytes | None = field(default=None, repr=False)  # small inputs read as bytes
+
+    def _open(self):
+        enc = "utf-8-sig" if self.encoding == "utf-8" else self.encoding
+        if self.data is not None:
+            return io.TextIOWrapper(io.BytesIO(self.data), encoding=enc, newline="")
+        return open(self.path, encoding=enc, newline="")
 
     @property
     def quoting(self) -> int:
@@ -53,16 +64,15 @@ class RawTable:
 
     def line(self, row: int) -> int:
         """1-based line where data row `row` starts (blank lines skipped, as pandas does)."""
-        reader = csv.reader(
-            io.StringIO(self.text, newline=""), delimiter=self.sep, quoting=self.quoting
-        )
-        start, seen = 1, -2  # the header is row -1
-        for rec in reader:
-            if rec and any(rec):
-                seen += 1
-                if seen == row:
-                    return start
-            start = reader.line_num + 1
+        with self._open() as f:
+            reader = csv.reader(f, delimiter=self.sep, quoting=self.quoting)
+            start, seen = 1, -2  # the header is row -1
+            for rec in reader:
+                if rec and any(rec):
+                    seen += 1
+                    if seen == row:
+                        return start
+                start = reader.line_num + 1
         return start
 
     def error(self, row: int, column: str, message: str) -> ValueError:
@@ -114,12 +124,17 @@ def read_table(
     column is an error naming the header line (1).
     """
     path = Path(path)
-    if data is None:
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: no such raw file")
-        data = path.read_bytes()
-    text, encoding = _decode(data)
-    header = text.split("\n", 1)[0].rstrip("\r")
+    if data is None and not path.is_file():
+        raise FileNotFoundError(f"{path}: no such raw file")
+    if data is not None:
+        head = data[:65536]
+        size, digest = len(data), sha256(data)
+    else:
+        with open(path, "rb") as f:
+            head = f.read(65536)
+        size, digest = path.stat().st_size, _file_sha256(path)
+    first = head.split(b"\n", 1)[0].rstrip(b"\r").removeprefix(b"\xef\xbb\xbf")
+    header = first.decode("utf-8", errors="replace")
     if not header.strip():
         raise ValueError(f"{path} line 1: empty header, expected columns {list(required)}")
     sep = sep or ("\t" if "\t" in header else ",")
@@ -127,20 +142,24 @@ def read_table(
     if missing := [c for c in required if c not in names]:
         raise ValueError(f"{path} line 1: missing column(s) {missing}; the header has {names}")
     keep = [*required, *(c for c in optional if c in names and c not in required)]
-    table = RawTable(path, pd.DataFrame(), text, encoding, sep, sha256(data))
-    try:
-        frame = pd.read_csv(
-            io.StringIO(text),
-            sep=sep,
-            dtype=str,
-            usecols=keep,
-            quoting=table.quoting,
-            low_memory=False,
-        )
-    except pd.errors.ParserError as e:
-        raise ValueError(f"{path}: {e}") from None
-    table.frame = frame
-    return table
+    for encoding in _ENCODINGS:
+        table = RawTable(path, pd.DataFrame(), encoding, sep, digest, size, data)
+        try:
+            table.frame = pd.read_csv(
+                path if data is None else io.BytesIO(data),
+                encoding="utf-8-sig" if encoding == "utf-8" else encoding,
+                sep=sep,
+                dtype=str,
+                usecols=keep,
+                quoting=table.quoting,
+                low_memory=False,
+            )
+            return table
+        except UnicodeDecodeError:
+            continue
+        except pd.errors.ParserError as e:
+            raise ValueError(f"{path}: {e}") from None
+    raise AssertionError("not reached: latin-1 decodes any byte")
 
 
 @dataclass
