@@ -260,6 +260,13 @@ def test_errors_name_file_line_and_column(tmp_path):
     raw = write_rows(tmp_path / "c12.csv", A12, rows)
     with pytest.raises(ValueError, match=r"c12.csv line 8, column 'start_time': 'yesterday'"):
         prepare("assist2012", raw, tmp_path / "o")
+    (tmp_path / "e15.csv").write_text("user_id,log_id,sequence_id,correct\n")
+    with pytest.raises(ValueError, match=r"e15.csv line 2: no data rows after the header"):
+        prepare("assist2015", tmp_path / "e15.csv", tmp_path / "o")
+    path = tmp_path / "d15.csv"
+    path.write_text("user_id,log_id,sequence_id,correct\n1,1,3,1\n1,2,3,1,7\n")
+    with pytest.raises(ValueError, match=r"d15.csv: .*Expected 4 fields in line 3, saw 5"):
+        prepare("assist2015", path, tmp_path / "o")
     with pytest.raises(ValueError, match="assist2015 has no partial-credit columns"):
         prepare("assist2015", raw, tmp_path / "o", ordinal=True)
     with pytest.raises(ValueError, match="unknown dataset 'assist2010'"):

@@ -78,7 +78,7 @@ def read(raw_path: Path, opts) -> RawLog:
         data = path.read_bytes()
         inputs_bytes += len(data)
         digests.append(f"{path.name} {sha256(data)}")
-        t = read_table(path, _COLUMNS, data=data)
+        t = read_table(path, _COLUMNS, data=data, allow_empty=True)
         f = t.frame
         encodings.add(t.encoding)
         rows_read += len(f)

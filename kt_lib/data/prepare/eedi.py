@@ -17,7 +17,6 @@ import ast
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from .common import binary, find_file, make_log, table_input
 from .raw import Drops, RawTable, read_table
@@ -70,7 +69,7 @@ def read(raw_path: Path, opts):
     )
     subjects = read_table(_find(raw_path, "subject_metadata.csv"), ["SubjectId", "Level"])
     level = subjects.numbers("Level")
-    level3 = set(pd.to_numeric(subjects.frame["SubjectId"][level == 3]).astype(int).tolist())
+    level3 = set(subjects.numbers("SubjectId")[level == 3].astype(int).tolist())
     skills = {
         q: "_".join(str(s) for s in sorted(set(ids) & level3))
         for q, ids in _subjects(questions).items()

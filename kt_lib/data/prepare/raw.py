@@ -19,8 +19,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 _ENCODINGS = ("utf-8", "latin-1")  # tried in order; latin-1 decodes any byte
+_CHUNK_ROWS = 500_000
+_PROGRESS_BYTES = 50 << 20  # a progress bar for files above 50 MB
 
 
 def sha256(data: bytes) -> str:
@@ -111,12 +114,38 @@ class RawTable:
         return ms.where(got.notna()).astype(float)
 
 
+def _read_frame(table: RawTable, keep: list[str]) -> pd.DataFrame:
+    """All columns parsed in chunks (so that a row with more fields than the header is an error;
+    pandas' `usecols` would drop its extra fields silently), `keep` kept of each chunk."""
+    reader = pd.read_csv(
+        table.path if table.data is None else io.BytesIO(table.data),
+        encoding="utf-8-sig" if table.encoding == "utf-8" else table.encoding,
+        sep=table.sep,
+        dtype=str,
+        quoting=table.quoting,
+        index_col=False,
+        chunksize=_CHUNK_ROWS,
+    )
+    with reader:
+        chunks = tqdm(
+            reader,
+            desc=table.path.name,
+            unit=f"{_CHUNK_ROWS // 1000}k rows",
+            disable=table.size < _PROGRESS_BYTES,
+        )
+        frame = pd.concat(
+            [c[keep] for c in chunks] or [pd.DataFrame(columns=keep, dtype=str)], ignore_index=True
+        )
+    return frame
+
+
 def read_table(
     path: Path,
     required: Sequence[str],
     optional: Sequence[str] = (),
     sep: str | None = None,
     data: bytes | None = None,
+    allow_empty: bool = False,
 ) -> RawTable:
     """Read `path` (or its bytes `data`) keeping `required` + the present `optional` columns.
 
@@ -145,20 +174,14 @@ def read_table(
     for encoding in _ENCODINGS:
         table = RawTable(path, pd.DataFrame(), encoding, sep, digest, size, data)
         try:
-            table.frame = pd.read_csv(
-                path if data is None else io.BytesIO(data),
-                encoding="utf-8-sig" if encoding == "utf-8" else encoding,
-                sep=sep,
-                dtype=str,
-                usecols=keep,
-                quoting=table.quoting,
-                low_memory=False,
-            )
-            return table
+            table.frame = _read_frame(table, keep)
         except UnicodeDecodeError:
             continue
         except pd.errors.ParserError as e:
             raise ValueError(f"{path}: {e}") from None
+        if not (len(table.frame) or allow_empty):
+            raise ValueError(f"{path} line 2: no data rows after the header")
+        return table
     raise AssertionError("not reached: latin-1 decodes any byte")
 
 
