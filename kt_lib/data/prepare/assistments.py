@@ -120,7 +120,7 @@ def read(raw_path: Path, opts, name: str):
     else:
         time = table.numbers(spec.time)
         timestamp = time * 1000 if spec.time_kind == "seconds" else None
-    kept = binary(table, kept, drops, "correct", correct)
+    kept = binary(kept, drops, "correct", correct)
     response = correct.fillna(-1).astype(np.int64)
     if opts.ordinal:
         response = ordinal(correct, *(table.numbers(c) for c in spec.partial))

@@ -31,7 +31,7 @@ def table_input(table: RawTable) -> RawInput:
     return RawInput(str(table.path), table.sha256, table.size, table.encoding)
 
 
-def binary(table: RawTable, frame: pd.DataFrame, drops: Drops, column: str, values: pd.Series):
+def binary(frame: pd.DataFrame, drops: Drops, column: str, values: pd.Series):
     """Drop the rows whose `values` (numbers of `column`) are not 0 or 1 (partial credit)."""
     bad = ~values.loc[frame.index].isin([0.0, 1.0])
     return drops.apply(frame, bad, f"{column} not 0/1")

@@ -52,7 +52,7 @@ def read_kdd(raw_path: Path, opts, name: str):
     kept = drops.missing(f, [_STUDENT, _PROBLEM, _STEP, kc, _KDD_TIME, correct_col])
     correct = table.numbers(correct_col)
     time = table.times(_KDD_TIME, _KDD_TIME_FORMATS)
-    kept = binary(table, kept, drops, correct_col, correct)
+    kept = binary(kept, drops, correct_col, correct)
     cols = {
         "user": f[_STUDENT],
         "problem": _steps(f),

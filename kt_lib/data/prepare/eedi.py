@@ -84,7 +84,7 @@ def read(raw_path: Path, opts):
     skill = f["QuestionId"].map(skills)
     kept = drops.apply(kept, skill.loc[kept.index].fillna("") == "", "no level-3 subject")
     correct = table.numbers("IsCorrect")
-    kept = binary(table, kept, drops, "IsCorrect", correct)
+    kept = binary(kept, drops, "IsCorrect", correct)
     cols = {
         "user": f["UserId"],
         "problem": f["QuestionId"],
