@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from kt_lib.data import KTDataset
 from kt_lib.data.prepare import PrepareResult
@@ -27,17 +28,33 @@ def record(result: PrepareResult) -> dict:
     return json.loads((result.out_dir / "prepare.json").read_text(encoding="utf-8"))
 
 
-def raw_uids(ds: KTDataset) -> list[str]:
+def uid_names(result: PrepareResult) -> dict[str, str]:
+    """pykt's student index (as text) -> raw student id, from keyid2idx.json."""
+    keys = json.loads((result.pykt_dir / "keyid2idx.json").read_text(encoding="utf-8"))
+    return {str(i): raw for raw, i in keys["uid"].items()}
+
+
+def raw_uids(ds: KTDataset, names: dict[str, str] | None = None) -> list[str]:
+    """Raw student ids: the 4-line header's, or pykt's `uid` index mapped through `names`."""
     raw = ds.meta.get("raw_uid", {})
-    return [str(raw.get(s.uid, s.uid)) for s in ds.students]
+    ids = [str(raw.get(s.uid, s.uid)) for s in ds.students]
+    return [names[u] for u in ids] if names else ids
 
 
-def sequences(ds: KTDataset) -> dict[str, tuple]:
+def sequences(ds: KTDataset, names: dict[str, str] | None = None) -> dict[str, tuple]:
     """Raw uid -> (skills, responses, problems) of each student."""
     return {
         u: (s.q.tolist(), s.r.tolist(), None if s.pid is None else s.pid.tolist())
-        for u, s in zip(raw_uids(ds), ds.students, strict=True)
+        for u, s in zip(raw_uids(ds, names), ds.students, strict=True)
     }
+
+
+def pykt_rows(result: PrepareResult):
+    """train_valid.csv and test.csv as one frame of text indexed by the raw student id."""
+    names = uid_names(result)
+    frames = [pd.read_csv(result.pykt_dir / f, dtype=str) for f in ("train_valid.csv", "test.csv")]
+    rows = pd.concat(frames, ignore_index=True)
+    return rows.set_index(rows["uid"].map(names))
 
 
 def assert_layouts_agree(result: PrepareResult, n_folds: int) -> None:
@@ -54,15 +71,15 @@ def assert_layouts_agree(result: PrepareResult, n_folds: int) -> None:
                 if s.pid is not None or t.pid is not None:
                     np.testing.assert_array_equal(s.pid, t.pid)
             if result.line_format == "line4":  # 3-line headers carry no raw id
-                assert raw_uids(x) == raw_uids(y)
+                assert raw_uids(x, uid_names(result)) == raw_uids(y)
 
 
 def all_students(result: PrepareResult) -> dict[str, tuple]:
     """Raw uid -> sequence over train_valid and test (fold 0's bundle read from pykt CSV)."""
-    b = result.bundle(0, "pykt")
+    b, names = result.bundle(0, "pykt"), uid_names(result)
     out = {}
     for ds in (b.train, b.valid, b.test):
-        out.update(sequences(ds))
+        out.update(sequences(ds, names))
     return out
 
 

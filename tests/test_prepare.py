@@ -14,6 +14,7 @@ from prepare_helpers import (
     all_students,
     assert_layouts_agree,
     check_counts,
+    pykt_rows,
     record,
     write_rows,
 )
@@ -109,11 +110,11 @@ def test_assist2009_counts_ids_order_and_multi_skill(tmp_path):
     q, r, pid = all_students(res)["70000"]
     assert (q, r, pid) == ([0, 1, 0, 2], [0, 1, 1, 1], [0, 1, 1, 2])  # by order_id, 10_13 split
     tv = pd.read_csv(res.pykt_dir / "train_valid.csv", dtype=str)
-    test = pd.read_csv(res.pykt_dir / "test.csv", dtype=str)
     assert list(tv.columns) == ["fold", "uid", "questions", "concepts", "responses", "is_repeat"]
-    assert set(tv["uid"]) | set(test["uid"]) == {str(70000 + s) for s in range(9)}
-    row = pd.concat([tv, test]).set_index("uid").loc["70000"]
-    assert row["is_repeat"] == "0,0,1,0"
+    rows = pykt_rows(res)
+    assert sorted(rows.index) == [str(70000 + s) for s in range(9)]
+    assert rows.loc["70000", "uid"] == "0"  # pykt's uid: the index of first appearance
+    assert rows.loc["70000", "is_repeat"] == "0,0,1,0"
     assert res.line_format == "line4"
     assert_layouts_agree(res, 5)
 
@@ -191,9 +192,7 @@ def test_assist2012_time_order_usetimes_and_drops(tmp_path):
     assert c["dropped"]["correct not 0/1"] == 1
     assert (c["students"], c["dropped_students_short"], c["interactions"]) == (7, 2, 21)
     check_counts(res)
-    tv = pd.read_csv(res.pykt_dir / "train_valid.csv", dtype=str)
-    test = pd.read_csv(res.pykt_dir / "test.csv", dtype=str)
-    row = pd.concat([tv, test]).set_index("uid").loc["3"]
+    row = pykt_rows(res).loc["3"]
     assert row["usetimes"] == "3000,2000,1000"  # start_time runs backwards in the file
     stamps = [int(t) for t in row["timestamps"].split(",")]
     assert stamps == sorted(stamps) and stamps[1] - stamps[0] == 60_000

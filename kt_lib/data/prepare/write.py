@@ -3,7 +3,8 @@
 Layout of OUT_DIR:
 - `pykt/train_valid.csv` (fold 0..k-1), `pykt/test.csv` (fold -1, `cidxs`), `pykt/keyid2idx.json`:
   pykt-toolkit's un-chunked files (columns fold, uid, questions, concepts, responses, timestamps,
-  usetimes, is_repeat where the data has them; 0-based ids; the raw student id in `uid`);
+  usetimes, is_repeat where the data has them; 0-based ids, `uid` included, as pykt writes them;
+  `keyid2idx.json` maps the raw ids, unescaped, to them);
 - `line4/` (datasets with problem ids) or `line3/` (without): `{name}_train.csv` (all train_valid
   students), `{name}_test.csv`, and per fold `{name}_train{k}.csv` / `{name}_valid{k}.csv`; 1-based
   ids, the header line `n,raw_uid`, written by kt_lib.data.formats' writers;
@@ -50,7 +51,7 @@ def _join(a: np.ndarray) -> str:
 def _pykt_frame(seq: Sequences, students: np.ndarray, test: bool) -> pd.DataFrame:
     cols: dict[str, list] = {
         "fold": seq.fold[students].tolist(),
-        "uid": [seq.uid[i] for i in students],
+        "uid": students.tolist(),  # pykt: the student's index; keyid2idx.json maps raw ids
     }
     if seq.pid is not None:
         cols["questions"] = [_join(seq.pid[i]) for i in students]
