@@ -1,0 +1,130 @@
+"""Raw public KT datasets -> pykt CSV + the 3/4-line layout + `prepare.json`.
+
+    from kt_lib.data.prepare import prepare
+    result = prepare("assist2009", "skill_builder_data_corrected_collapsed.csv", "data/a09")
+    bundle = result.bundle(fold=0)          # the pykt folds through load_bundle
+
+or `python -m kt_lib.data prepare assist2009 RAW_PATH OUT_DIR`. Each dataset module reads its raw
+files with their own column names into a `RawLog` (rows dropped by reason); `core.build` orders,
+filters, expands multi-skill rows, maps ids and splits as pykt-toolkit does; `write` writes the
+files. `DATASETS` names the readers; `prepare.json` records what was done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import formats
+from . import assistments, datashop, ednet, eedi
+from .core import RawLog, build
+from .write import write_lines, write_pykt, write_record
+
+
+@dataclass(frozen=True)
+class PrepareOptions:
+    """Choices shared by every dataset (pykt-toolkit's defaults) and the per-dataset extras."""
+
+    seed: int = 1024  # pykt's random_state for the test hold-out and the folds
+    min_seq_len: int = 3  # students with fewer raw rows are dropped
+    test_frac: float = 0.2
+    n_folds: int = 5
+    ordinal: bool = False  # ASSISTments 2009/2012/2017 (K=4), EdNet (K=3): see docs
+    max_users: int | None = None  # EdNet: the first N users of pykt's sample order (5000 = pykt)
+    task: str = "1_2"  # Eedi: NeurIPS 2020 tasks "1_2" (default) or "3_4"
+
+    def __post_init__(self) -> None:
+        if self.min_seq_len < 1:
+            raise ValueError(f"min_seq_len must be >= 1, got {self.min_seq_len}")
+        if self.max_users is not None and self.max_users < 1:
+            raise ValueError(f"max_users must be >= 1, got {self.max_users}")
+
+
+Reader = Callable[[Path, PrepareOptions], RawLog]
+
+DATASETS: dict[str, Reader] = {
+    **assistments.READERS,
+    **datashop.READERS,
+    "ednet": ednet.read,
+    "eedi": eedi.read,
+}
+
+
+@dataclass
+class PrepareResult:
+    """Where the prepared files are and what they hold (the counts of `prepare.json`)."""
+
+    name: str
+    out_dir: Path
+    pykt_dir: Path
+    line_dir: Path
+    line_format: str  # "line4" (problem ids) or "line3"
+    K: int
+    counts: dict[str, Any] = field(default_factory=dict)
+    record: dict[str, Any] = field(default_factory=dict)
+
+    def bundle(self, fold: int = 0, layout: str = "pykt") -> formats.Bundle:
+        """Train/valid/test of fold `fold` read back from the pykt or the 3/4-line files."""
+        if layout == "pykt":
+            return formats.load_bundle(self.pykt_dir, "pykt", fold=fold, K=self.K)
+        if layout == "lines":
+            return formats.load_bundle(self.line_dir, self.line_format, fold=fold, K=self.K)
+        raise ValueError(f"layout must be 'pykt' or 'lines', got {layout!r}")
+
+
+def prepare(name: str, raw_path: str | Path, out_dir: str | Path, **options: Any) -> PrepareResult:
+    """Read the raw files of dataset `name` at `raw_path`, write the prepared folder `out_dir`.
+
+    `options` are the fields of `PrepareOptions`. Malformed raw files raise ValueError naming the
+    file, the line and the column.
+    """
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; known: {sorted(DATASETS)}")
+    known = {f.name for f in dataclasses.fields(PrepareOptions)}
+    if unknown := sorted(set(options) - known):
+        raise TypeError(f"unknown option(s) {unknown}; known: {sorted(known)}")
+    opts = PrepareOptions(**options)
+    raw_path, out = Path(raw_path), Path(out_dir)
+    if not raw_path.exists():
+        raise FileNotFoundError(f"{raw_path}: no such raw file or folder for {name}")
+    log = DATASETS[name](raw_path, opts)
+    seq = build(log, opts.min_seq_len, opts.seed, opts.test_frac, opts.n_folds)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "prepare.json").unlink(missing_ok=True)  # its absence marks a folder being written
+    pykt_dir = write_pykt(seq, out)
+    line_dir = write_lines(seq, out, name, log.K, opts.n_folds)
+    counts = {"rows_read": log.rows_read, "dropped": dict(log.dropped), **seq.counts}
+    counts["folds"] = [int((seq.fold == k).sum()) for k in range(opts.n_folds)]
+    record = {
+        "dataset": name,
+        "inputs": [asdict(i) for i in log.inputs],
+        "options": asdict(opts),
+        "K": log.K,
+        "layouts": {"pykt": "pykt", line_dir.name: line_dir.name},
+        "choices": {
+            **log.choices,
+            "skills of one row": (
+                f"split on {log.skill_sep!r}, one interaction per skill ({log.skill_order})"
+                if log.skill_sep
+                else "one skill per row"
+            ),
+            "student order": (
+                "sorted by raw id" if log.user_order == "sorted" else "first row in the file"
+            ),
+            "min_seq_len": f"students with fewer than {opts.min_seq_len} rows are dropped",
+            "ids": "0-based by first appearance (pykt), 1-based in the 3/4-line files",
+            "split": (
+                f"int(n * {opts.test_frac}) test students, {opts.n_folds} folds of the rest; "
+                f"numpy RandomState({opts.seed}) permutations as pykt's DataFrame.sample"
+            ),
+        },
+        "counts": counts,
+    }
+    write_record(out, record)
+    return PrepareResult(name, out, pykt_dir, line_dir, line_dir.name, log.K, counts, record)
+
+
+__all__ = ["DATASETS", "PrepareOptions", "PrepareResult", "prepare"]
