@@ -112,12 +112,17 @@ def run_experiment(
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .data.formats import load_bundle
+    from .runs.data import DataSpec
 
     p = argparse.ArgumentParser(description="Train registered models and write test metrics.")
     p.add_argument("--models", nargs="+", required=True)
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--data-format", default="synthetic")
+    p.add_argument("--data-dir", default=None, help="dataset folder or file (default: simulator)")
+    p.add_argument(
+        "--data-format",
+        default=None,
+        help="auto | line3 | line4 | pykt | log | synthetic (default: auto with --data-dir, "
+        "else synthetic)",
+    )
     p.add_argument("--fold", type=int, default=None)
     p.add_argument("--preset", default="paper")
     p.add_argument(
@@ -158,7 +163,12 @@ def main(argv: list[str] | None = None) -> None:
     import yaml
 
     overrides = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in a.set)}
-    bundle = load_bundle(a.data_dir, a.data_format, fold=a.fold)
+    try:
+        data = DataSpec(a.data_dir, a.data_format, a.fold)
+    except ValueError as exc:
+        p.error(str(exc))
+    a.data_format = data.data_format
+    bundle = data.load()
     rows = []
     for name in a.models:
         for seed in a.seeds:
@@ -190,6 +200,7 @@ def main(argv: list[str] | None = None) -> None:
                 **overrides,
             )
             row = {
+                "dataset": data.name,
                 **res.row(),
                 "seed": seed,
                 "wall_seconds": time.perf_counter() - t0,

@@ -27,17 +27,13 @@ from pathlib import Path
 import pandas as pd
 
 from .published import published_wide
+from .runs.data import DataSpec, dataset_name
 
 METRICS = ("test_auc", "test_acc", "test_rmse")
 FOLD_BASE = {"line3": 1, "line4": 1, "pykt": 0}  # formats whose files carry folds: first id
 NESTED = ("valid", "history", "protocols", "train")  # per-run fields that are not table columns
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARK = ROOT / "benchmarks" / "results" / "models.json"
-
-
-def dataset_name(data_dir: str | None, data_format: str = "synthetic") -> str:
-    """Folder name of a dataset ('assist2009'), or 'synthetic' for the simulator."""
-    return "synthetic" if not data_dir else Path(data_dir).name or str(data_dir)
 
 
 def load_results(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
@@ -216,7 +212,11 @@ def run_leaderboard(
     models = list(models)
     seeds = list(seeds)
     config_of = _cell_configs(models, overrides, variants, dataset_overrides)
-    plan = [(d, f, fold, seed) for d, f in datasets for fold, seed in fold_plan(f, folds, seeds, d)]
+    plan = [
+        dataclasses.replace(spec, fold=fold, seed=seed, kw=_reader_kw(spec, simulator))
+        for spec in _data_specs(datasets)
+        for fold, seed in fold_plan(spec.data_format, folds, seeds, spec.data_dir)
+    ]
     path = Path(results_file) if results_file is not None else None
     done = {
         r["run_key"]: r
@@ -230,9 +230,8 @@ def run_leaderboard(
     train = runner.train_dict(train_config)
     rows: list[dict | None] = []  # plan order; None until the run comes back
     tasks, heads = [], {}
-    for data_dir, data_format, fold, seed in plan:
-        kw = (simulator or {}) if data_format == "synthetic" else {}
-        dataset = dataset_name(data_dir, data_format)
+    for data in plan:
+        dataset, fold, seed = data.name, data.fold, data.seed
         for name in models:
             base, model_overrides = config_of(dataset, name)
             key = run_key(
@@ -244,7 +243,7 @@ def run_leaderboard(
                 {
                     "train": settings,
                     "model": model_overrides,
-                    "data": {"format": data_format, **kw},
+                    "data": {"format": data.data_format, **data.kw},
                     **({"variant_of": base} if base != name else {}),
                 },
             )
@@ -256,7 +255,7 @@ def run_leaderboard(
             head = {"dataset": dataset, "model": name, "fold": fold, "seed": seed}
             heads[index] = (
                 {**head, "variant_of": base} if base != name else head,
-                {"data_format": data_format, "preset": preset, "run_key": key},
+                {"data_format": data.data_format, "preset": preset, "run_key": key},
             )
             tasks.append(
                 {
@@ -269,7 +268,7 @@ def run_leaderboard(
                     "overrides": copy.deepcopy(model_overrides),
                     "train": _with_checkpoint(train, checkpoint_dir, key),
                     "histories": histories,
-                    "data": runner.data_spec(data_dir, data_format, fold, seed, **kw),
+                    "data": data,
                 }
             )
     commit = runner.git_commit() if tasks else None
@@ -300,6 +299,17 @@ def run_leaderboard(
             for f in Path(prefix).parent.glob(Path(prefix).name + "_*"):
                 f.unlink(missing_ok=True)
     return pd.DataFrame(rows)
+
+
+def _data_specs(datasets: Iterable[tuple[str | None, str | None]]) -> list[DataSpec]:
+    """A `DataSpec` per (data_dir, data_format): a folder with no format is read with `auto`, a
+    folder with `synthetic` is refused before any run."""
+    return [DataSpec(data_dir, data_format) for data_dir, data_format in datasets]
+
+
+def _reader_kw(spec: DataSpec, simulator: dict | None) -> dict:
+    """The simulator's keyword arguments for simulated data; none for a folder."""
+    return dict(simulator or {}) if spec.synthetic else {}
 
 
 def _with_checkpoint(train: dict, checkpoint_dir, key: str) -> dict:
@@ -430,7 +440,6 @@ def check_plan(
     import torch
     from tqdm.auto import tqdm
 
-    from .data import load_bundle
     from .data.dataset import chunk, collate
     from .models import build_model
 
@@ -438,11 +447,11 @@ def check_plan(
     config_of = _cell_configs(models, overrides, variants, dataset_overrides)
     rows = []
     bar = tqdm(total=len(datasets) * len(models), desc="check", disable=not progress)
-    for data_dir, data_format in datasets:
-        fold, seed = fold_plan(data_format, folds, list(seeds), data_dir)[0]
-        kw = (simulator or {}) if data_format == "synthetic" else {}
-        train = load_bundle(data_dir, data_format, fold=fold, seed=seed, **kw).train
-        dataset = dataset_name(data_dir, data_format)
+    for spec in _data_specs(datasets):
+        fold, seed = fold_plan(spec.data_format, folds, list(seeds), spec.data_dir)[0]
+        data = dataclasses.replace(spec, fold=fold, seed=seed, kw=_reader_kw(spec, simulator))
+        train = data.load().train
+        dataset = data.name
         for name in models:
             base, fields = config_of(dataset, name)
             row = {"dataset": dataset, "model": name, "fold": fold, "ok": False, "error": None}

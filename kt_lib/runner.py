@@ -11,8 +11,8 @@ function, turns into one `RunOutcome`. `execute` runs a list of tasks:
     executor="ray"       one Ray task per run, with a GPU fraction `gpus_per_run` (default 1/N
                          when training on CUDA); `ray_address` joins a cluster, else a local Ray
 
-Data reaches a worker in one of two ways: a *data spec* (data_dir, data_format, fold, seed and
-the reader's keyword arguments) that the worker loads with `load_bundle` and caches for the
+Data reaches a worker in one of two ways: a `DataSpec` (data_dir, data_format, fold, seed and
+the reader's keyword arguments) that the worker loads and caches for the
 next tasks, or one shared `Bundle` object sent once per worker process (Ray: put once in the
 object store). A run that raises is returned as an outcome with its error and traceback; the
 others go on. Outcomes arrive in completion order, each with the index of its task, so callers
@@ -106,30 +106,11 @@ def git_commit() -> str | None:
     return None if found == "unknown" else found
 
 
-def data_spec(data_dir, data_format: str, fold=None, seed: int = 0, **kw) -> dict:
-    """Where a worker loads a bundle from: the arguments of `load_bundle`, as plain data."""
-    return {
-        "data_dir": None if data_dir is None else str(data_dir),
-        "data_format": data_format,
-        "fold": fold,
-        "seed": seed,
-        "kw": dict(kw),
-    }
-
-
-def _load(spec: dict, cache: OrderedDict):
-    """The bundle of a data spec, from `cache` (least recently used ones dropped)."""
-    from .data import load_bundle
-
-    key = repr(sorted((k, repr(v)) for k, v in spec.items()))
+def _load(spec, cache: OrderedDict):
+    """The bundle of a `DataSpec`, from `cache` (least recently used ones dropped)."""
+    key = spec.key()
     if key not in cache:
-        cache[key] = load_bundle(
-            spec["data_dir"],
-            spec["data_format"],
-            fold=spec["fold"],
-            seed=spec["seed"],
-            **spec["kw"],
-        )
+        cache[key] = spec.load()
         while len(cache) > BUNDLE_CACHE:
             cache.popitem(last=False)
     cache.move_to_end(key)
@@ -141,8 +122,8 @@ def run_task(task: dict, bundle=None, cache: OrderedDict | None = None) -> RunOu
 
     task: index, model, preset, seed, label, config (model config: dataclass, mapping, path or
     None), overrides (mapping), train (TrainConfig fields), histories (evaluation histories of
-    the test set; default window), threads (torch threads to set; None:
-    leave them) and data (a `data_spec`, or None for `bundle` or this worker's shared bundle).
+    the test set; default window), threads (torch threads to set; None: leave them) and data
+    (a `runs.data.DataSpec`, or None for `bundle` or this worker's shared bundle).
     `cache` holds bundles loaded from data specs (default: this process's).
     """
     import torch

@@ -29,7 +29,6 @@ from .leaderboard import (
     ROOT,
     _cell_configs,
     _read_runs,
-    dataset_name,
     fold_plan,
     load_results,
     run_key,
@@ -37,6 +36,7 @@ from .leaderboard import (
     to_markdown,
 )
 from .runner import train_settings
+from .runs.data import DataSpec
 from .train import TrainConfig
 
 RESULTS = ROOT / "results"
@@ -94,7 +94,7 @@ class Study:
             config_of = _cell_configs(list(part.models), self.overrides, self.variants, None)
             for folder, fmt in part.datasets:
                 d = Path(data_root) / folder
-                dataset = dataset_name(str(d), fmt)
+                dataset = DataSpec(str(d), fmt).name
                 for fold, seed in fold_plan(fmt, self.folds, self.seeds, d if d.exists() else None):
                     for name in part.models:
                         base, over = config_of(dataset, name)
