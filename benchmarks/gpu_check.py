@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     if not quick and not Path(a.data_dir).is_dir():
         p.error(f"--data-dir {a.data_dir}: no such folder (ASSIST2009 in the 3-line layout)")
     sys.path.insert(0, str(ROOT))
-    from kt_lib.reports import git_commit
+    from kt_lib.provenance import git_commit
     from kt_lib.runner import device_name
 
     report = {

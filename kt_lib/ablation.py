@@ -27,6 +27,7 @@ import pandas as pd
 
 from .experiment import ExperimentResult
 from .registry import Registry
+from .runs.tables import format_mean_std
 from .train import TrainConfig
 
 CELL_KEYS = {"label", "model", "preset", "config", "overrides", "factors"}
@@ -207,14 +208,16 @@ def summarise(
     metrics: list[str] | None = None,
     digits: int = 4,
 ) -> pd.DataFrame:
-    """'mean ± std' strings per group and metric, plus the run count (groups in table order)."""
+    """'mean ± std' strings per group and metric (`runs.tables`' policy: a single run shows its
+    value alone), plus the run count (groups in table order)."""
     metrics = metrics or metric_columns(table)
     agg = aggregate(table, by, metrics)
+    counts = table.groupby(by, sort=False)[metrics].count()
     out = pd.DataFrame(index=agg.index)
     for m in metrics:
         out[m] = [
-            f"{mu:.{digits}f} ± {sd:.{digits}f}"
-            for mu, sd in zip(agg[("mean", m)], agg[("std", m)], strict=True)
+            format_mean_std(mu, sd, n, digits)
+            for mu, sd, n in zip(agg[("mean", m)], agg[("std", m)], counts[m], strict=True)
         ]
     out["runs"] = agg[("n", "runs")]
     return out

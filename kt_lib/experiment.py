@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 import torch
 
-from .checkpoint import save_json
 from .data.dataset import KTDataset
+from .fileio import save_json
 from .models import build_model
 from .models.base import KTModel
 from .train import DEFAULT_PROTOCOL, TrainConfig, evaluate, evaluate_protocols, fit

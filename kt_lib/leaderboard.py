@@ -13,7 +13,6 @@ are concatenated, and runs of one (dataset, model) pool over seeds and folds.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import dataclasses
 import datetime as dt
@@ -26,8 +25,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from .fileio import locked, save_json
+from .provenance import run_commit
 from .published import published_wide
 from .runs.data import DataSpec, dataset_name
+from .runs.tables import format_mean_std, mean_std, to_markdown
 
 METRICS = ("test_auc", "test_acc", "test_rmse")
 FOLD_BASE = {"line3": 1, "line4": 1, "pykt": 0}  # formats whose files carry folds: first id
@@ -121,31 +123,12 @@ def _read_runs(path: Path) -> list[dict]:
     return rows
 
 
-@contextlib.contextmanager
-def _locked(path: Path):
-    """An exclusive lock on `<path>.lock` (POSIX; no lock where fcntl is missing)."""
-    try:
-        import fcntl
-    except ImportError:  # Windows: one writer at a time is the user's business
-        yield
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def add_runs(path: str | Path, new_rows: Iterable[dict]) -> int:
     """Merge rows into a leaderboard results file by `run_key` (a new row replaces one with the
     same key), under a file lock and with an atomic rewrite, so several processes can fill one
     file. Returns the number of rows in the file."""
-    from .checkpoint import save_json
-
     path = Path(path)
-    with _locked(path):
+    with locked(path):
         merged = {}
         for r in [*_read_runs(path), *new_rows]:
             merged[r.get("run_key") or f"unkeyed-{len(merged)}"] = r
@@ -271,7 +254,7 @@ def run_leaderboard(
                     "data": data,
                 }
             )
-    commit = runner.git_commit() if tasks else None
+    commit = run_commit() if tasks else None
     outcomes = runner.execute(
         tasks,
         workers=workers,
@@ -493,16 +476,12 @@ def leaderboard(
     # the same metrics under the other evaluation protocols, side by side (test_auc@per_row/...)
     metrics += [c for c in table.columns if "@" in c and c.split("@")[0] in metrics]
     g = table.groupby(["dataset", "model"], sort=False)
-    mean, std = g[metrics].mean(), g[metrics].std()  # std NaN for a single run: no "± 0"
+    mean, std, count = g[metrics].mean(), g[metrics].std(), g[metrics].count()
     board = pd.DataFrame(index=mean.index)
     for m in metrics:
         board[m.removeprefix("test_")] = [
-            "-"
-            if math.isnan(a)
-            else f"{a:.{digits}f}"
-            if math.isnan(s)
-            else f"{a:.{digits}f} ± {s:.{digits}f}"
-            for a, s in zip(mean[m], std[m], strict=True)
+            format_mean_std(a, s, n, digits)
+            for a, s, n in zip(mean[m], std[m], count[m], strict=True)
         ]
     failed = table["error"].notna() if "error" in table else pd.Series(False, index=table.index)
     board["runs"] = (~failed).groupby([table["dataset"], table["model"]], sort=False).sum()
@@ -551,9 +530,7 @@ def published_comparison(table: pd.DataFrame, digits: int = 4) -> pd.DataFrame:
                 {
                     "dataset": dataset,
                     "model": model,
-                    "ours": f"{ours.mean():.{digits}f} ± {ours.std():.{digits}f}"
-                    if len(ours) > 1
-                    else f"{ours.mean():.{digits}f}",
+                    "ours": mean_std(ours, digits),
                     "published": p["auc"],
                     "difference": round(float(ours.mean() - p["auc"]), digits),
                     "source": p["short"],
@@ -584,18 +561,6 @@ def throughput(path: str | Path | None = None) -> pd.DataFrame:
         return pd.DataFrame(columns=cols).set_index("model")
     rows = [r for r in json.loads(path.read_text()) if "error" not in r and "params" in r]
     return pd.DataFrame(rows, columns=cols).set_index("model")
-
-
-def to_markdown(frame: pd.DataFrame, index: bool = True) -> str:
-    """A GitHub markdown table (no extra dependency); the index becomes leading columns."""
-    f = frame.reset_index() if index else frame
-    header = [str(c) for c in f.columns]
-    body = [["" if pd.isna(v) else str(v) for v in row] for row in f.itertuples(index=False)]
-    esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(esc(h) for h in header) + " |"]
-    lines.append("|" + "|".join("---" for _ in header) + "|")
-    lines += ["| " + " | ".join(esc(v) for v in row) + " |" for row in body]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:

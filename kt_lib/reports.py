@@ -19,29 +19,16 @@ import contextlib
 import datetime as dt
 import html
 import json
-import os
-import platform
 import re
-import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
+
+from .provenance import git_commit, versions
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 COMPARE = NOTEBOOKS / "10_compare_models.ipynb"  # the leaderboard notebook (`check`)
-PACKAGES = [
-    "torch",
-    "numpy",
-    "pandas",
-    "scikit-learn",
-    "matplotlib",
-    "seaborn",
-    "papermill",
-    "nbconvert",
-    "nbval",
-]
 
 
 def load_profile(name: str) -> dict:
@@ -68,37 +55,6 @@ def notebook_params(profile: dict, path: Path) -> dict:
             declared |= set(re.findall(r"^([A-Za-z_]\w*)\s*[:=]", cell.source, re.M))
     merged = {**(profile.get("common") or {}), **(profile.get(path.stem) or {})}
     return {k: v for k, v in merged.items() if k in declared}
-
-
-def git_commit() -> str:
-    """`git rev-parse --short HEAD` (+dirty); KT_COMMIT when set (a copy of the tree without its
-    .git, e.g. on a lent GPU machine, names the commit it was copied from); else "unknown"."""
-    if os.environ.get("KT_COMMIT"):
-        return os.environ["KT_COMMIT"]
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        return out + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for pkg in PACKAGES:
-        try:
-            found[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            found[pkg] = "-"
-    return found
 
 
 def to_html(executed: Path, target: Path) -> None:

@@ -21,8 +21,6 @@ can build their rows in plan order whatever the executor.
 
 from __future__ import annotations
 
-import os
-import platform
 import time
 import traceback
 import warnings
@@ -31,6 +29,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 
 from .experiment import ExperimentResult
+from .provenance import cpu_cores, device_name
 
 EXECUTORS = ("process", "ray")
 BUNDLE_CACHE = 2  # bundles a worker keeps (a leaderboard plan visits each data spec in a row)
@@ -68,42 +67,9 @@ class RunOutcome:
         return self.error is None
 
 
-def cpu_cores() -> int:
-    """CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-
-
 def threads_per_worker(workers: int, cores: int | None = None) -> int:
     """Torch threads of each of `workers` processes sharing the cores."""
     return max(1, (cores or cpu_cores()) // max(1, workers))
-
-
-def device_name(device: str = "cpu") -> str:
-    """The GPU's name for a CUDA device, else the CPU model (from /proc/cpuinfo where it exists)."""
-    import torch
-
-    if str(device).startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(torch.device(device))
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
-
-
-def git_commit() -> str | None:
-    """`git rev-parse --short HEAD` of the workbook (+dirty with local changes); None outside a
-    git checkout."""
-    from .reports import git_commit as commit
-
-    found = commit()
-    return None if found == "unknown" else found
 
 
 def _load(spec, cache: OrderedDict):

@@ -21,6 +21,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as st
 
+from .runs.tables import to_markdown
+
 LOWER_IS_BETTER = ("rmse", "mae", "loss", "ece", "brier")  # metric names where less is better
 NONE_KEY = "<none>"  # stands for a missing key value (fold None of a run without folds)
 
@@ -203,8 +205,6 @@ def _p(v: float) -> str:
 
 def pairs_markdown(table: pd.DataFrame, digits: int = 4) -> str:
     """A `compare_pairs` table as GitHub markdown: a - b with its interval, p-values, n."""
-    from .leaderboard import to_markdown
-
     f = lambda v: "-" if pd.isna(v) else f"{v:+.{digits}f}"  # noqa: E731
     extra = [c for c in table.columns if c not in PairedComparison.__dataclass_fields__]
     rows = []

@@ -37,6 +37,7 @@ from .leaderboard import (
 )
 from .runner import train_settings
 from .runs.data import DataSpec
+from .runs.tables import mean_std
 from .train import TrainConfig
 
 RESULTS = ROOT / "results"
@@ -233,7 +234,7 @@ def render(study: Study, path: str | Path | None = None) -> str:
         row = {"dataset": dataset, "model": model}
         for m in metrics:
             v = part[m].dropna()
-            row[m] = f"{v.mean():.4f} ± {v.std(ddof=1):.4f}" if len(v) > 1 else f"{v.mean():.4f}"
+            row[m] = mean_std(v)
         row.update(
             runs=len(part),
             best_epoch=f"{part['best_epoch'].mean():.1f}",

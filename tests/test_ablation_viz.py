@@ -82,7 +82,7 @@ def test_summarise_formats_mean_std():
     s = summarise(table, "label")
     assert list(s.index) == ["a", "b"] and list(s.columns) == ["test_auc", "runs"]
     assert s.loc["a", "test_auc"] == "0.7500 ± 0.0707"
-    assert s.loc["b", "test_auc"] == "0.6000 ± 0.0000"  # one run: std 0
+    assert s.loc["b", "test_auc"] == "0.6000"  # one run: its value alone (runs.tables policy)
     assert s.loc["a", "runs"] == 2
     assert re.fullmatch(r"\d\.\d{2} ± \d\.\d{2}", summarise(table, "label", digits=2).iloc[0, 0])
     agg = aggregate(table, "label", ["test_auc"])
