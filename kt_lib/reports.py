@@ -15,7 +15,6 @@ A notebook that fails still gets its row (and whatever summary it produced befor
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import html
 import json
@@ -288,8 +287,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     c = sub.add_parser(
         "check",
-        help="dry-run notebook 10's leaderboard plan of a profile: every (dataset, model) cell "
-        "builds, prepares and takes one training step (leaderboard.check_plan)",
+        help="dry-run the leaderboard plan of a profile (runs.plan.profile_plan, the plan "
+        "notebook 10 trains): every (dataset, model) cell builds, prepares and takes one "
+        "training step (runs.leaderboard.check_plan)",
     )
     c.add_argument("--profile", default="quick")
     c.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
@@ -303,39 +303,19 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def check(profile: str = "quick", overrides: dict | None = None):
-    """`leaderboard.check_plan` over notebook 10's plan in `profile` (with `overrides`, over the
-    notebook's own defaults); prints the table and returns it."""
-    import ast
+    """`runs.leaderboard.check_plan` over the leaderboard plan of `profile` (its `common` and
+    10_compare_models parameters, then `overrides`, over `runs.plan.PROFILE_DEFAULTS`: the one
+    plan notebook 10 trains, built by `runs.plan.profile_plan`); prints the table and returns
+    it."""
+    from .runs.leaderboard import check_plan
+    from .runs.plan import PROFILE_DEFAULTS, profile_plan
+    from .runs.tables import to_markdown
 
-    import papermill as pm
-
-    from .leaderboard import check_plan, to_markdown
-
-    params = {}
-    for name, info in pm.inspect_notebook(str(COMPARE)).items():
-        with contextlib.suppress(ValueError, SyntaxError):
-            params[name] = ast.literal_eval(info["default"])
-    params.update(notebook_params(load_profile(profile), COMPARE))
-    params.update(overrides or {})
-    plan = [tuple(d) for d in params["datasets"]]
-    if params["simulator"]:
-        plan.append((None, "synthetic"))
-    given = params["overrides"] or {}
-    board = check_plan(
-        plan,
-        params["models"],
-        preset=params["preset"],
-        seeds=params["seeds"],
-        folds=params["folds"],
-        simulator={k: params[k] for k in ("num_students", "seq_len", "num_c")},
-        overrides={
-            **given,
-            "idkt": {"bkt_max_iter": params["bkt_max_iter"], **given.get("idkt", {})},
-        },
-        variants=params["variants"] or {},
-        dataset_overrides=params["dataset_overrides"] or {},
-        max_len=params["max_len"],
-    )
+    prof = load_profile(profile)
+    params = {**(prof.get("common") or {}), **(prof.get(COMPARE.stem) or {}), **(overrides or {})}
+    plan = profile_plan(params)
+    max_len = params.get("max_len", PROFILE_DEFAULTS["max_len"])
+    board = check_plan(plan, max_len=max_len)
     print(to_markdown(board.drop(columns=["warnings"]), index=False))
     return board
 

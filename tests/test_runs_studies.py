@@ -1,4 +1,4 @@
-"""kt_lib.studies: the studies of record, their committed results files, the README's tables
+"""kt_lib.runs.studies: the studies of record, their committed results files, the README's tables
 rendered from them, and runs that survive a kill."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from kt_lib import studies
 from kt_lib.data.formats import write_line3
 from kt_lib.data.synthetic import simulate
-from kt_lib.leaderboard import ROOT
 from kt_lib.models.base import KTModel
+from kt_lib.provenance import ROOT
+from kt_lib.runs import studies
 
 README = (ROOT / "README.md").read_text()
 
