@@ -255,3 +255,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "history"}), flush=True)
         save_json(a.out, {"args": vars(a), "protocol": bundle.protocol, "results": rows})
+
+
+if __name__ == "__main__":
+    main()

@@ -53,7 +53,9 @@ class RunRecord:
         return self.error is None
 
     def row(self) -> dict:
-        """The flat results row (fields that do not apply left out)."""
+        """The flat results row. Fields that do not apply (None) are left out, except a fold
+        beside its dataset (None: the run had no fold) and the commit of a dated row (None:
+        the run's code was not in a git checkout)."""
         head = {"dataset": self.dataset, "model": self.model}
         if self.dataset is not None:
             head["fold"] = self.fold
@@ -71,8 +73,14 @@ class RunRecord:
             "date": self.date,
             "train": self.train,
         }
-        row = {k: v for k, v in head.items() if v is not None or k == "fold"}
+        kept = {"fold"} | ({"commit"} if self.date else set())
+        row = {k: v for k, v in head.items() if v is not None or k in kept}
         row.update(self.factors)
         row.update(self.figures)
-        row.update({k: v for k, v in tail.items() if v is not None or k == "commit" and self.date})
+        row.update({k: v for k, v in tail.items() if v is not None or k in kept})
         return row
+
+    @classmethod
+    def fields(cls) -> set[str]:
+        """The row keys of a record's own fields (figures and factors aside)."""
+        return set(cls.__dataclass_fields__) - {"figures", "factors"}
