@@ -8,6 +8,7 @@ one per call (its args name the data); the leaderboard and the studies keep one 
 
 from __future__ import annotations
 
+import glob
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,9 +20,25 @@ from .data import SYNTHETIC, dataset_name
 from .record import NESTED
 
 
+def expand(paths: str | Path | Iterable[str | Path]) -> list[Path]:
+    """Results files from paths and glob patterns (a string with * ? or [, e.g.
+    "results/*.json", in sorted order); a pattern that matches nothing is an error."""
+    out = []
+    for p in [paths] if isinstance(paths, (str, Path)) else list(paths):
+        if isinstance(p, str) and any(c in p for c in "*?["):
+            found = sorted(Path(f) for f in glob.glob(p))
+            if not found:
+                raise ValueError(f"no results file matches {p!r}")
+            out += found
+        else:
+            out.append(Path(p))
+    return out
+
+
 def load_results(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
-    """One row per run from one or more results files, with dataset, fold, preset and file."""
-    paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+    """One row per run from one or more results files (paths or glob patterns, see `expand`),
+    with dataset, fold, preset and file."""
+    paths = expand(paths)
     if not paths:
         raise ValueError("load_results needs at least one results file")
     rows = []
