@@ -15,6 +15,10 @@ def test_the_committed_store_reads_through_a_glob(monkeypatch):
     files = expand("results/*.json")
     assert [f.name for f in files] == sorted(f.name for f in (ROOT / "results").glob("*.json"))
     table = load_results("results/*.json")
+    assert (
+        load_results("*.json", root=ROOT / "results")["run_key"].tolist()
+        == table["run_key"].tolist()
+    )
     assert table["run_key"].is_unique and set(table["file"]) == {f.name for f in files}
     with pytest.raises(ValueError, match="no results file matches"):
         expand("results/*.nope")

@@ -20,25 +20,30 @@ from .data import SYNTHETIC, dataset_name
 from .record import NESTED
 
 
-def expand(paths: str | Path | Iterable[str | Path]) -> list[Path]:
+def expand(paths: str | Path | Iterable[str | Path], root: str | Path | None = None) -> list[Path]:
     """Results files from paths and glob patterns (a string with * ? or [, e.g.
-    "results/*.json", in sorted order); a pattern that matches nothing is an error."""
+    "results/*.json", in sorted order); relative ones are read under `root` (default: the
+    current folder). A pattern that matches nothing is an error."""
+    base = Path(root) if root is not None else Path()
     out = []
     for p in [paths] if isinstance(paths, (str, Path)) else list(paths):
+        full = base / p  # an absolute p stays itself
         if isinstance(p, str) and any(c in p for c in "*?["):
-            found = sorted(Path(f) for f in glob.glob(p))
+            found = sorted(Path(f) for f in glob.glob(str(full)))
             if not found:
-                raise ValueError(f"no results file matches {p!r}")
+                raise ValueError(f"no results file matches {str(full)!r}")
             out += found
         else:
-            out.append(Path(p))
+            out.append(full)
     return out
 
 
-def load_results(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
-    """One row per run from one or more results files (paths or glob patterns, see `expand`),
-    with dataset, fold, preset and file."""
-    paths = expand(paths)
+def load_results(
+    paths: str | Path | Iterable[str | Path], root: str | Path | None = None
+) -> pd.DataFrame:
+    """One row per run from one or more results files (paths or glob patterns, relative ones
+    under `root`: see `expand`), with dataset, fold, preset and file."""
+    paths = expand(paths, root)
     if not paths:
         raise ValueError("load_results needs at least one results file")
     rows = []
