@@ -23,7 +23,11 @@ import sys
 import time
 from pathlib import Path
 
+from .config import read_mapping
 from .provenance import git_commit, versions
+from .runs.leaderboard import check_plan
+from .runs.plan import PROFILE_DEFAULTS, profile_plan
+from .runs.tables import to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -32,8 +36,6 @@ COMPARE = NOTEBOOKS / "10_compare_models.ipynb"  # the leaderboard notebook (`ch
 
 def load_profile(name: str) -> dict:
     """Read notebooks/params/<name>.yaml (clear error listing the available profiles)."""
-    from .config import read_mapping
-
     path = NOTEBOOKS / "params" / f"{name}.yaml"
     if not path.exists():
         have = sorted(p.stem for p in (NOTEBOOKS / "params").glob("*.yaml"))
@@ -307,10 +309,6 @@ def check(profile: str = "quick", overrides: dict | None = None):
     10_compare_models parameters, then `overrides`, over `runs.plan.PROFILE_DEFAULTS`: the one
     plan notebook 10 trains, built by `runs.plan.profile_plan`); prints the table and returns
     it."""
-    from .runs.leaderboard import check_plan
-    from .runs.plan import PROFILE_DEFAULTS, profile_plan
-    from .runs.tables import to_markdown
-
     prof = load_profile(profile)
     params = {**(prof.get("common") or {}), **(prof.get(COMPARE.stem) or {}), **(overrides or {})}
     plan = profile_plan(params)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..data.formats import load_bundle
+
 SYNTHETIC = "synthetic"
 
 
@@ -75,8 +77,6 @@ class DataSpec:
 
     def load(self):
         """The `Bundle` (train/valid/test) this spec names."""
-        from ..data.formats import load_bundle
-
         return load_bundle(
             self.data_dir, self.data_format, fold=self.fold, seed=self.seed, **self.kw
         )

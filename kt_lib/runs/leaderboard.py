@@ -21,7 +21,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
+import torch
+from tqdm.auto import tqdm
 
+from ..data.dataset import chunk, collate
+from ..models import build_model
 from ..provenance import run_commit
 from ..train import TrainConfig
 from .execute import execute
@@ -158,12 +162,6 @@ def check_plan(
     on the training split (memory banks, reference models) and take one loss and backward pass
     on `windows` training windows. One row per (dataset, model): ok, seconds, the warnings
     raised and the error of a cell that failed (a finite loss is checked too)."""
-    import torch
-    from tqdm.auto import tqdm
-
-    from ..data.dataset import chunk, collate
-    from ..models import build_model
-
     rows = []
     bar = tqdm(total=len(plan.datasets) * len(plan.models), desc="check", disable=not progress)
     for per_dataset in plan.data():
