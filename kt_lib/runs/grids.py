@@ -17,6 +17,7 @@ from ..heads.ordinal import AttentionRegistry
 from ..heads.simakt_config import load_simakt_config
 from ..models.gpcm import SEED_MECHANISMS
 from ..registry import Registry
+from .spec import DEFAULT_PRESET
 
 GRIDS: Registry = Registry("ablation grid")
 
@@ -88,7 +89,7 @@ def _influence(sim) -> dict:
 
 @GRIDS.register("simakt_heads")
 def simakt_heads(
-    preset: str = "tiny",
+    preset: str = DEFAULT_PRESET,
     n_clusters: int = 4,
     memory_size: int = 16,
     k_neighbors: int = 4,
@@ -120,7 +121,7 @@ def simakt_heads(
 def simakt_future_weight(
     weights: Iterable[float] = (0.0, 0.3, 1.0),
     base: str = "position_weighted_dual",
-    preset: str = "tiny",
+    preset: str = DEFAULT_PRESET,
     n_clusters: int = 4,
     memory_size: int = 16,
     k_neighbors: int = 4,
@@ -150,7 +151,7 @@ def simakt_future_weight(
 @GRIDS.register("simakt_influence")
 def simakt_influence(
     presets: Iterable[str] = ("cluster_dominant", "knn_dominant", "adaptive_influence"),
-    preset: str = "tiny",
+    preset: str = DEFAULT_PRESET,
     n_clusters: int = 4,
     memory_size: int = 16,
     k_neighbors: int = 4,
@@ -184,7 +185,7 @@ def ordinal_mechanisms(
     mechanisms: Iterable[str] | None = None,
     combinations: Iterable[Iterable[str]] | None = None,
     fusion: str = "concat",
-    preset: str = "tiny",
+    preset: str = DEFAULT_PRESET,
     **overrides,
 ) -> Grid:
     """ModularAttentionGPCM: each ordinal mechanism alone, then in combination (one fusion).
@@ -230,7 +231,7 @@ def ordinal_mechanisms(
 def ikt3_lambda(
     lambda_targets: Iterable[float] = (0.0, 0.5, 1.0),
     warmup: int = 0,
-    preset: str = "tiny",
+    preset: str = DEFAULT_PRESET,
     **overrides,
 ) -> Grid:
     """iKT3's interpretability weight lambda_target (warm-up 0 by default: short runs would
@@ -257,7 +258,7 @@ def ikt3_lambda(
 def idkt_lambdas(
     value: float = 0.1,
     combos: Iterable[Iterable[str]] = ((), ("ref",), ("L0", "T"), ("ref", "L0", "T")),
-    preset: str = "tiny",
+    preset: str = DEFAULT_PRESET,
     **overrides,
 ) -> Grid:
     """iDKT's alignment weights: each combination of lambda_ref / lambda_L0 / lambda_T set to

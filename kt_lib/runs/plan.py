@@ -31,7 +31,7 @@ PROFILE_DEFAULTS = {
     "num_students": 200,
     "seq_len": 40,
     "num_c": 8,
-    "preset": "tiny",
+    "preset": DEFAULT_PRESET,
     "bkt_max_iter": 20,
     "max_len": 40,
     "histories": ["window"],

@@ -26,7 +26,7 @@ import pandas as pd
 from ..train import TrainConfig
 from .experiment import Splits, run_experiment
 from .grids import simakt_similarity
-from .spec import RunSpec
+from .spec import DEFAULT_PRESET, RunSpec
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ def run_study(
     bundle,
     n_trials: int = 20,
     train_config: TrainConfig | None = None,
-    model_preset: str = "tiny",
+    model_preset: str = DEFAULT_PRESET,
     similarity: str = "position_weighted_dual",
     space: dict[str, Dim] | None = None,
     storage: str | None = None,
