@@ -16,6 +16,10 @@ def test_a_spec_takes_its_evaluation_from_training_and_checks_fields():
     assert spec.preset == DEFAULT_PRESET and spec.name == "dkt"
     assert spec.eval == EvalConfig(64, 50, "cpu", ("window",), 1)
     assert spec.validate() is spec
+    nested = {"similarity": {"base": "knn_only"}}
+    own = RunSpec("simakt", fields=nested).fields
+    nested["similarity"]["base"] = "cluster_only"  # the caller's mapping changes later
+    assert own == {"similarity": {"base": "knn_only"}}
     # a field named like a run setting is a field like any other: no reserved names
     with pytest.raises(ValueError, match=r"run 'x': dkt has no config field\(s\) \['seed'\]"):
         RunSpec("dkt", fields={"seed": 3}, label="x").validate()

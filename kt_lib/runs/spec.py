@@ -14,6 +14,7 @@ none (notebooks, grids, the leaderboard and `python -m kt_lib.experiment`).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -98,7 +99,8 @@ class RunSpec:
             raise ValueError(f"RunSpec.fields must be a mapping, got {self.fields!r}")
         if not isinstance(self.train, TrainConfig):
             raise ValueError(f"RunSpec.train must be a TrainConfig, got {type(self.train)}")
-        object.__setattr__(self, "fields", dict(self.fields))
+        # a run's own copy: nested mappings (a similarity config) are never shared between runs
+        object.__setattr__(self, "fields", copy.deepcopy(dict(self.fields)))
         if self.eval is None:
             object.__setattr__(self, "eval", EvalConfig.of(self.train))
 
