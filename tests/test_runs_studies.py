@@ -47,6 +47,8 @@ def test_every_planned_run_is_in_the_committed_results(name):
 def test_plan_refuses_an_unknown_study():
     with pytest.raises(KeyError, match="the studies are"):
         studies.get("nope")
+    with pytest.raises(ValueError, match=r"variant 'x': ikt3 has no config field\(s\) \['lam'\]"):
+        dataclasses.replace(studies.get("pairs"), variants={"x": {"model": "ikt3", "lam": 0}})
 
 
 def _tiny_study(tmp_path):

@@ -30,6 +30,7 @@ from ..train import TrainConfig
 from .leaderboard import run_plan
 from .plan import LeaderboardPlan
 from .results import load_results, read_runs
+from .spec import ModelSettings
 from .stats import compare_pairs, pairs_markdown
 from .tables import mean_std, to_markdown
 
@@ -62,6 +63,11 @@ class Study:
     epochs: int = 30
     patience: int = 5
     histories: tuple[str, ...] = ("window",)
+
+    def __post_init__(self) -> None:
+        """Variants and overrides are checked against the models' configs when a study is
+        declared, not when its first part runs."""
+        ModelSettings.parse(self.overrides, self.variants)
 
     def train_config(self, device: str = "cpu") -> TrainConfig:
         return TrainConfig.recipe(
