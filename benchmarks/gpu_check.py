@@ -42,7 +42,16 @@ def steps(device: str, quick: bool, data_dir: Path, tmp: Path) -> list[tuple[str
         train_data = ["--preset", "tiny", "--epochs", "1", "--max-len", "16"]
     else:
         small, models = [], []
-        train_data = ["--data-dir", str(data_dir), "--data-format", "auto", "--fold", "1"]
+        train_data = [
+            "--data-dir",
+            str(data_dir),
+            "--data-format",
+            "auto",
+            "--fold",
+            "1",
+            "--preset",
+            "paper",
+        ]
         train_data += ["--epochs", "3"]
     bench = [py, "benchmarks/bench_models.py", *dev, *models, *small]
     return [
@@ -145,8 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     if not quick and not Path(a.data_dir).is_dir():
         p.error(f"--data-dir {a.data_dir}: no such folder (ASSIST2009 in the 3-line layout)")
     sys.path.insert(0, str(ROOT))
-    from kt_lib.reports import git_commit
-    from kt_lib.runner import device_name
+    from kt_lib.provenance import device_name, git_commit
 
     report = {
         "device": a.device,

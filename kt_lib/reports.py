@@ -15,39 +15,27 @@ A notebook that fails still gets its row (and whatever summary it produced befor
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import html
 import json
-import os
-import platform
 import re
-import subprocess
 import sys
 import time
-from importlib import metadata
 from pathlib import Path
+
+from .config import read_mapping
+from .provenance import git_commit, versions
+from .runs.leaderboard import check_plan
+from .runs.plan import PROFILE_DEFAULTS, profile_plan
+from .runs.tables import to_markdown
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 COMPARE = NOTEBOOKS / "10_compare_models.ipynb"  # the leaderboard notebook (`check`)
-PACKAGES = [
-    "torch",
-    "numpy",
-    "pandas",
-    "scikit-learn",
-    "matplotlib",
-    "seaborn",
-    "papermill",
-    "nbconvert",
-    "nbval",
-]
 
 
 def load_profile(name: str) -> dict:
     """Read notebooks/params/<name>.yaml (clear error listing the available profiles)."""
-    from .config import read_mapping
-
     path = NOTEBOOKS / "params" / f"{name}.yaml"
     if not path.exists():
         have = sorted(p.stem for p in (NOTEBOOKS / "params").glob("*.yaml"))
@@ -68,37 +56,6 @@ def notebook_params(profile: dict, path: Path) -> dict:
             declared |= set(re.findall(r"^([A-Za-z_]\w*)\s*[:=]", cell.source, re.M))
     merged = {**(profile.get("common") or {}), **(profile.get(path.stem) or {})}
     return {k: v for k, v in merged.items() if k in declared}
-
-
-def git_commit() -> str:
-    """`git rev-parse --short HEAD` (+dirty); KT_COMMIT when set (a copy of the tree without its
-    .git, e.g. on a lent GPU machine, names the commit it was copied from); else "unknown"."""
-    if os.environ.get("KT_COMMIT"):
-        return os.environ["KT_COMMIT"]
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        return out + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def versions() -> dict[str, str]:
-    found = {"python": platform.python_version()}
-    for pkg in PACKAGES:
-        try:
-            found[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            found[pkg] = "-"
-    return found
 
 
 def to_html(executed: Path, target: Path) -> None:
@@ -332,8 +289,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     c = sub.add_parser(
         "check",
-        help="dry-run notebook 10's leaderboard plan of a profile: every (dataset, model) cell "
-        "builds, prepares and takes one training step (leaderboard.check_plan)",
+        help="dry-run the leaderboard plan of a profile (runs.plan.profile_plan, the plan "
+        "notebook 10 trains): every (dataset, model) cell builds, prepares and takes one "
+        "training step (runs.leaderboard.check_plan)",
     )
     c.add_argument("--profile", default="quick")
     c.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE")
@@ -347,39 +305,15 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def check(profile: str = "quick", overrides: dict | None = None):
-    """`leaderboard.check_plan` over notebook 10's plan in `profile` (with `overrides`, over the
-    notebook's own defaults); prints the table and returns it."""
-    import ast
-
-    import papermill as pm
-
-    from .leaderboard import check_plan, to_markdown
-
-    params = {}
-    for name, info in pm.inspect_notebook(str(COMPARE)).items():
-        with contextlib.suppress(ValueError, SyntaxError):
-            params[name] = ast.literal_eval(info["default"])
-    params.update(notebook_params(load_profile(profile), COMPARE))
-    params.update(overrides or {})
-    plan = [tuple(d) for d in params["datasets"]]
-    if params["simulator"]:
-        plan.append((None, "synthetic"))
-    given = params["overrides"] or {}
-    board = check_plan(
-        plan,
-        params["models"],
-        preset=params["preset"],
-        seeds=params["seeds"],
-        folds=params["folds"],
-        simulator={k: params[k] for k in ("num_students", "seq_len", "num_c")},
-        overrides={
-            **given,
-            "idkt": {"bkt_max_iter": params["bkt_max_iter"], **given.get("idkt", {})},
-        },
-        variants=params["variants"] or {},
-        dataset_overrides=params["dataset_overrides"] or {},
-        max_len=params["max_len"],
-    )
+    """`runs.leaderboard.check_plan` over the leaderboard plan of `profile` (its `common` and
+    10_compare_models parameters, then `overrides`, over `runs.plan.PROFILE_DEFAULTS`: the one
+    plan notebook 10 trains, built by `runs.plan.profile_plan`); prints the table and returns
+    it."""
+    prof = load_profile(profile)
+    params = {**(prof.get("common") or {}), **(prof.get(COMPARE.stem) or {}), **(overrides or {})}
+    plan = profile_plan(params)
+    max_len = params.get("max_len", PROFILE_DEFAULTS["max_len"])
+    board = check_plan(plan, max_len=max_len)
     print(to_markdown(board.drop(columns=["warnings"]), index=False))
     return board
 

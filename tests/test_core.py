@@ -455,27 +455,6 @@ def test_training_recipes_and_the_akt_authors_setup():
     assert AKTConfig.authors().d_ff == 2048 and AKTConfig.paper().d_ff == 1024
 
 
-def test_experiment_rows_carry_every_protocol():
-    from kt_lib.data import load_bundle
-    from kt_lib.experiment import run_experiment
-    from kt_lib.train import TrainConfig
-
-    b = load_bundle(None, "synthetic", num_students=40, seq_len=30, num_c=4)
-    tc = TrainConfig(epochs=1, max_len=12, progress=False)
-    res = run_experiment(
-        "dkt", b.train, b.valid, b.test, "tiny", train_config=tc, histories=("sliding",)
-    )
-    row = res.row()
-    assert row["protocol"] == "per_question/window"
-    assert row["test_auc"] == res.protocols["per_question/window"]["auc"]
-    assert {
-        "test_auc@per_row/window",
-        "test_auc@per_question/sliding",
-        "test_auc@per_row/sliding",
-    } <= set(row)
-    assert row["test_auc@per_row/sliding"] != row["test_auc"]  # logs of 30 > max_len 12
-
-
 def test_fit_builds_the_optimizer_from_the_models_groups_after_prepare():
     from kt_lib.train import TrainConfig
 

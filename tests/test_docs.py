@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kt_lib import studies
+from kt_lib.runs import studies
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

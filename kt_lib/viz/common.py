@@ -104,13 +104,6 @@ def plot_metric_bars(
     return ax
 
 
-def mean_std(table: pd.DataFrame, by: str | list[str], metrics: list[str]) -> pd.DataFrame:
-    """Mean +- std of metrics over runs, formatted for a paper table."""
-    g = table.groupby(by)[metrics]
-    mean, std = g.mean(), g.std().fillna(0.0)
-    return mean.round(4).astype(str) + " ± " + std.round(4).astype(str)
-
-
 def panel_grid(n: int, ncols: int, size: tuple[float, float]):
     """(figure, first n axes) of a grid of at most `ncols` columns, `size` per panel; spare
     panels are switched off."""

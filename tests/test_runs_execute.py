@@ -1,18 +1,15 @@
-"""Parallel runs: the same rows in plan order in this process, in worker processes and on Ray;
-failed runs recorded with their traceback; the leaderboard's results file filled by workers."""
+"""kt_lib.runs.execute: the same rows in plan order in this process, in worker processes and on
+Ray; failed runs recorded with their traceback."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from kt_lib import leaderboard as lb
-from kt_lib import runner
-from kt_lib.ablation import run_grid
 from kt_lib.data import load_bundle
+from kt_lib.runs import execute as runner
+from kt_lib.runs.grid import run_grid
 from kt_lib.train import TrainConfig
 
 TINY_TRAIN = TrainConfig(epochs=1, batch_size=16, max_len=12, lr=1e-2, progress=False)
@@ -42,7 +39,8 @@ def assert_same_rows(got: pd.DataFrame, want: pd.DataFrame) -> None:
     assert got[["label", "seed"]].values.tolist() == want[["label", "seed"]].values.tolist()
     metrics = [c for c in want if c.startswith(("test_", "valid_"))]
     np.testing.assert_allclose(got[metrics], want[metrics], rtol=0, atol=1e-6)
-    same = [c for c in want if c not in metrics and c not in ("train_seconds", "traceback")]
+    timings = ("train_seconds", "prepare_seconds", "wall_seconds", "threads", "traceback")
+    same = [c for c in want if c not in metrics and c not in timings]
     pd.testing.assert_frame_equal(got[same], want[same])
 
 
@@ -98,57 +96,3 @@ def test_parallel_refusals(bundle):
     with pytest.raises(ValueError, match="workers"):
         run_grid(CELLS[:1], bundle, [0], TINY_TRAIN, workers=0)
     assert runner.threads_per_worker(3, cores=16) == 5 and runner.threads_per_worker(4, 2) == 1
-
-
-def test_leaderboard_workers_fill_the_results_file(tmp_path, capsys):
-    """workers=2 merges each finished run into the file; rows in plan order, as workers=1 gives
-    them; the failed run is in the file with its traceback and is retried on resume."""
-    kw = dict(seeds=[0, 1], simulator=SIM, progress=False)
-    models = ["dkt", "no_such_model", "sakt"]
-    path, serial_path = tmp_path / "board.json", tmp_path / "serial.json"
-    with pytest.warns(RuntimeWarning, match="2 of 6 runs failed"):
-        serial = lb.run_leaderboard(
-            [(None, "synthetic")], models, TINY_TRAIN, results_file=serial_path, **kw
-        )
-    with pytest.warns(RuntimeWarning, match="2 of 6 runs failed"):
-        parallel = lb.run_leaderboard(
-            [(None, "synthetic")], models, TINY_TRAIN, results_file=path, workers=2, **kw
-        )
-    assert parallel[["model", "seed"]].values.tolist() == [[m, s] for s in (0, 1) for m in models]
-    assert list(parallel.columns) == list(serial.columns)
-    np.testing.assert_allclose(parallel["test_auc"], serial["test_auc"], rtol=0, atol=1e-6)
-    assert parallel["run_key"].tolist() == serial["run_key"].tolist()
-    for col in ("wall_seconds", "device_name"):
-        assert parallel[col].notna().all()
-    assert "commit" in parallel
-    bad = parallel[parallel.model == "no_such_model"]
-    assert bad["error"].str.contains("KeyError").all() and bad["test_auc"].isna().all()
-
-    rows = json.loads(path.read_text())["results"]
-    assert len(rows) == 6 and len({r["run_key"] for r in rows}) == 6
-    assert sum("traceback" in r for r in rows) == 2
-    by_key = {r["run_key"]: r for r in rows}
-    for _, r in parallel.iterrows():
-        if isinstance(r["error"], float):  # a finished run: its row is in the file
-            assert by_key[r["run_key"]]["test_auc"] == pytest.approx(r["test_auc"], abs=1e-12)
-
-    # resuming runs only the failed runs again (in this process: quick)
-    with pytest.warns(RuntimeWarning, match="2 of 2 runs failed"):
-        again = lb.run_leaderboard(
-            [(None, "synthetic")], models, TINY_TRAIN, results_file=path, **kw
-        )
-    assert again["test_auc"].tolist()[::3] == parallel["test_auc"].tolist()[::3]
-    table = lb.load_results(path)
-    board = lb.leaderboard(table, published=False)
-    assert board.loc[("synthetic", "dkt"), "runs"] == 2
-    assert board.loc[("synthetic", "no_such_model"), "failed"] == 2
-    assert board.loc[("synthetic", "no_such_model"), "runs"] == 0
-    assert {"wall s", "device"} <= set(board.columns)
-    if table["commit"].notna().any():  # None outside a git checkout
-        assert "commit" in board
-
-    lb.main([str(path), "--no-published", "--pairs", "sakt:dkt"])
-    out = capsys.readouterr().out
-    assert "| sakt - dkt |" in out and "Wilcoxon p" in out and "wall s" in out
-    with pytest.raises(SystemExit, match="nope"):
-        lb.main([str(path), "--pairs", "sakt:nope"])

@@ -1,4 +1,4 @@
-"""kt_lib.studies: the studies of record, their committed results files, the README's tables
+"""kt_lib.runs.studies: the studies of record, their committed results files, the README's tables
 rendered from them (checked in tests/test_docs.py), and runs that survive a kill."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from kt_lib import studies
 from kt_lib.data.formats import write_line3
 from kt_lib.data.synthetic import simulate
 from kt_lib.models.base import KTModel
+from kt_lib.runs import studies
 
 
 @pytest.mark.parametrize("name", sorted(studies.STUDIES))
@@ -31,6 +31,8 @@ def test_every_planned_run_is_in_the_committed_results(name):
 def test_plan_refuses_an_unknown_study():
     with pytest.raises(KeyError, match="the studies are"):
         studies.get("nope")
+    with pytest.raises(ValueError, match=r"variant 'x': ikt3 has no config field\(s\) \['lam'\]"):
+        dataclasses.replace(studies.get("pairs"), variants={"x": {"model": "ikt3", "lam": 0}})
 
 
 def _tiny_study(tmp_path):

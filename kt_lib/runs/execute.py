@@ -1,9 +1,8 @@
 """Independent training runs, executed in this process, in worker processes or on Ray.
 
-The leaderboard (`leaderboard.run_leaderboard`) and the ablation grids (`ablation.run_grid`) turn
-their plans into *tasks*: plain mappings (model, preset, seed, label, model config and overrides,
-the `TrainConfig` as a dict, and where the data comes from) that `run_task`, a top-level
-function, turns into one `RunOutcome`. `execute` runs a list of tasks:
+The leaderboard (`runs.leaderboard.run_leaderboard`) and the ablation grids (`runs.grid.run_grid`)
+turn their plans into `RunSpec`s that `run_spec`, a top-level function, turns into one
+`RunOutcome`. `execute` runs a list of specs (a spec's index in the list is its plan index):
 
     workers=1            in this process, one after the other (the trained model is kept)
     workers=N            N spawned processes sharing the CPU cores (torch threads: cores // N)
@@ -11,26 +10,27 @@ function, turns into one `RunOutcome`. `execute` runs a list of tasks:
     executor="ray"       one Ray task per run, with a GPU fraction `gpus_per_run` (default 1/N
                          when training on CUDA); `ray_address` joins a cluster, else a local Ray
 
-Data reaches a worker in one of two ways: a *data spec* (data_dir, data_format, fold, seed and
-the reader's keyword arguments) that the worker loads with `load_bundle` and caches for the
-next tasks, or one shared `Bundle` object sent once per worker process (Ray: put once in the
+Data reaches a worker in one of two ways: the spec's `DataSpec` (data_dir, data_format, fold,
+seed and the reader's keyword arguments) that the worker loads and caches for the
+next runs, or one shared `Bundle` object sent once per worker process (Ray: put once in the
 object store). A run that raises is returned as an outcome with its error and traceback; the
-others go on. Outcomes arrive in completion order, each with the index of its task, so callers
+others go on. Outcomes arrive in completion order, each with the index of its spec, so callers
 can build their rows in plan order whatever the executor.
 """
 
 from __future__ import annotations
 
-import os
-import platform
 import time
 import traceback
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
-from .experiment import ExperimentResult
+from ..provenance import cpu_cores, device_name
+from ..train import TrainConfig
+from .experiment import ExperimentResult, run_experiment
+from .spec import RunSpec
 
 EXECUTORS = ("process", "ray")
 BUNDLE_CACHE = 2  # bundles a worker keeps (a leaderboard plan visits each data spec in a row)
@@ -53,10 +53,9 @@ _bundles: OrderedDict[str, object] = OrderedDict()  # a worker's bundles loaded 
 class RunOutcome:
     """One run's result or its failure, with where and how long it ran."""
 
-    index: int  # position of its task in the plan
+    index: int  # position of its spec in the plan
     result: ExperimentResult | None  # None when the run failed; .model is None off-process
-    ordinal: bool = False  # the model predicts K > 2 categories
-    row: dict = field(default_factory=dict)  # result.row(), taken where the model lives
+    figures: dict = field(default_factory=dict)  # result.figures(), taken where the model lives
     protocol: str = ""  # the bundle's split statement
     error: str | None = None  # "ExceptionType: message" of a failed run
     traceback: str | None = None
@@ -68,117 +67,48 @@ class RunOutcome:
         return self.error is None
 
 
-def cpu_cores() -> int:
-    """CPU cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
-
-
 def threads_per_worker(workers: int, cores: int | None = None) -> int:
     """Torch threads of each of `workers` processes sharing the cores."""
     return max(1, (cores or cpu_cores()) // max(1, workers))
 
 
-def device_name(device: str = "cpu") -> str:
-    """The GPU's name for a CUDA device, else the CPU model (from /proc/cpuinfo where it exists)."""
-    import torch
-
-    if str(device).startswith("cuda") and torch.cuda.is_available():
-        return torch.cuda.get_device_name(torch.device(device))
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "cpu"
-
-
-def git_commit() -> str | None:
-    """`git rev-parse --short HEAD` of the workbook (+dirty with local changes); None outside a
-    git checkout."""
-    from .reports import git_commit as commit
-
-    found = commit()
-    return None if found == "unknown" else found
-
-
-def data_spec(data_dir, data_format: str, fold=None, seed: int = 0, **kw) -> dict:
-    """Where a worker loads a bundle from: the arguments of `load_bundle`, as plain data."""
-    return {
-        "data_dir": None if data_dir is None else str(data_dir),
-        "data_format": data_format,
-        "fold": fold,
-        "seed": seed,
-        "kw": dict(kw),
-    }
-
-
-def _load(spec: dict, cache: OrderedDict):
-    """The bundle of a data spec, from `cache` (least recently used ones dropped)."""
-    from .data import load_bundle
-
-    key = repr(sorted((k, repr(v)) for k, v in spec.items()))
+def _load(spec, cache: OrderedDict):
+    """The bundle of a `DataSpec`, from `cache` (least recently used ones dropped)."""
+    key = spec.key()
     if key not in cache:
-        cache[key] = load_bundle(
-            spec["data_dir"],
-            spec["data_format"],
-            fold=spec["fold"],
-            seed=spec["seed"],
-            **spec["kw"],
-        )
+        cache[key] = spec.load()
         while len(cache) > BUNDLE_CACHE:
             cache.popitem(last=False)
     cache.move_to_end(key)
     return cache[key]
 
 
-def run_task(task: dict, bundle=None, cache: OrderedDict | None = None) -> RunOutcome:
-    """One training run from plain data; never raises (a failure is returned as an outcome).
+def run_spec(
+    index: int, spec: RunSpec, bundle=None, cache: OrderedDict | None = None, threads=None
+) -> RunOutcome:
+    """One training run; never raises (a failure is returned as an outcome).
 
-    task: index, model, preset, seed, label, config (model config: dataclass, mapping, path or
-    None), overrides (mapping), train (TrainConfig fields), histories (evaluation histories of
-    the test set; default window), threads (torch threads to set; None:
-    leave them) and data (a `data_spec`, or None for `bundle` or this worker's shared bundle).
-    `cache` holds bundles loaded from data specs (default: this process's).
-    """
+    The data is the spec's `DataSpec` (loaded through `cache`, default: this process's), else
+    `bundle`, else this worker's shared bundle; `threads`: torch threads to set (None: leave
+    them)."""
     import torch
 
-    from . import experiment
-    from .train import TrainConfig
-
-    if task.get("threads"):
-        torch.set_num_threads(int(task["threads"]))
-    out = RunOutcome(task["index"], None)
+    if threads:
+        torch.set_num_threads(int(threads))
+    out = RunOutcome(index, None)
     t0 = time.perf_counter()
     try:
-        out.device_name = device_name(task["train"].get("device", "cpu"))
-        train = TrainConfig(**task["train"])
-        if task.get("data") is not None:
-            bundle = _load(task["data"], _bundles if cache is None else cache)
+        out.device_name = device_name(spec.train.device)
+        if spec.data is not None:
+            bundle = _load(spec.data, _bundles if cache is None else cache)
         elif bundle is None:
             bundle = _shared_bundle
         if bundle is None:
-            raise ValueError("the task names no data spec and no bundle was shared")
+            raise ValueError("the run names no DataSpec and no bundle was shared")
         out.protocol = bundle.protocol
         t0 = time.perf_counter()
-        res = experiment.run_experiment(
-            task["model"],
-            bundle.train,
-            bundle.valid,
-            bundle.test,
-            preset=task.get("preset", "tiny"),
-            model_config=task.get("config"),
-            train_config=train,
-            seed=task["seed"],
-            label=task.get("label"),
-            histories=tuple(task.get("histories") or ("window",)),
-            **(task.get("overrides") or {}),
-        )
-        out.result, out.ordinal, out.row = res, bool(res.model.ordinal), res.row()
+        res = run_experiment(spec, bundle)
+        out.result, out.figures = res, res.figures()
     except Exception as exc:  # the run failed: record it, the plan goes on
         out.error = f"{type(exc).__name__}: {exc}"
         out.traceback = traceback.format_exc()
@@ -186,9 +116,9 @@ def run_task(task: dict, bundle=None, cache: OrderedDict | None = None) -> RunOu
     return out
 
 
-def _run_remote(task: dict, bundle=None) -> RunOutcome:
-    """`run_task` in a worker: the trained model stays there (its numbers travel back)."""
-    out = run_task(task, bundle)
+def _run_remote(index: int, spec: RunSpec, threads: int, bundle=None) -> RunOutcome:
+    """`run_spec` in a worker: the trained model stays there (its numbers travel back)."""
+    out = run_spec(index, spec, bundle, threads=threads)
     if out.result is not None:
         out.result.model = None
     return out
@@ -209,13 +139,13 @@ def _crashed(index: int, exc: BaseException) -> RunOutcome:
     return RunOutcome(index, None, error=f"{type(exc).__name__}: {exc}", traceback=text)
 
 
-def _in_process(tasks: list[dict], bundle) -> Iterator[RunOutcome]:
+def _in_process(specs: list[RunSpec], bundle) -> Iterator[RunOutcome]:
     cache: OrderedDict = OrderedDict()  # this call's bundles, freed when it ends
-    for task in tasks:
-        yield run_task({**task, "threads": None}, bundle, cache)
+    for index, spec in enumerate(specs):
+        yield run_spec(index, spec, bundle, cache)
 
 
-def _processes(tasks: list[dict], bundle, workers: int, threads: int) -> Iterator[RunOutcome]:
+def _processes(specs: list[RunSpec], bundle, workers: int, threads: int) -> Iterator[RunOutcome]:
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -227,7 +157,7 @@ def _processes(tasks: list[dict], bundle, workers: int, threads: int) -> Iterato
     )
     finished = False
     try:
-        pending = {pool.submit(_run_remote, {**t, "threads": threads}): t["index"] for t in tasks}
+        pending = {pool.submit(_run_remote, i, spec, threads): i for i, spec in enumerate(specs)}
         while pending:
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
@@ -242,7 +172,7 @@ def _processes(tasks: list[dict], bundle, workers: int, threads: int) -> Iterato
 
 
 def _ray(
-    tasks: list[dict],
+    specs: list[RunSpec],
     bundle,
     workers: int,
     threads: int,
@@ -262,13 +192,13 @@ def _ray(
             ray.init(include_dashboard=False, log_to_driver=False)
     remote = ray.remote(_run_remote).options(num_cpus=threads, num_gpus=gpus_per_run)
     shared = ray.put(bundle) if bundle is not None else None
-    queue = list(tasks)
+    queue = list(enumerate(specs))
     pending: dict = {}
     try:
         while queue or pending:
             while queue and len(pending) < workers:  # at most `workers` runs in flight
-                task = queue.pop(0)
-                pending[remote.remote({**task, "threads": threads}, shared)] = task["index"]
+                index, spec = queue.pop(0)
+                pending[remote.remote(index, spec, threads, shared)] = index
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
                 index = pending.pop(ref)
@@ -289,7 +219,7 @@ ON_ERROR = ("record", "raise")
 
 
 def execute(
-    tasks: list[dict],
+    specs: list[RunSpec],
     bundle=None,
     workers: int = 1,
     executor: str = "process",
@@ -300,8 +230,9 @@ def execute(
     skipped: int = 0,
     on_error: str = "record",
 ) -> Iterator[RunOutcome]:
-    """Run `tasks` (see `run_task`), yielding outcomes as runs finish, with one progress bar
-    (ETA) over `skipped` + len(tasks) runs. `bundle` is the data of tasks without a data spec.
+    """Run `specs` (see `run_spec`), yielding outcomes as runs finish (each with its spec's
+    index), with one progress bar (ETA) over `skipped` + len(specs) runs. `bundle` is the data
+    of specs without a `DataSpec`.
 
     workers=1 with executor="process" runs in this process (torch threads untouched, models
     kept); otherwise `workers` runs at a time, each with cores // workers torch threads.
@@ -316,22 +247,20 @@ def execute(
         raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
     if gpus_per_run is not None and not gpus_per_run >= 0:
         raise ValueError(f"gpus_per_run must be >= 0 (a fraction of one GPU), got {gpus_per_run}")
-    if any("index" not in t for t in tasks):
-        raise ValueError("every task needs its plan 'index'")
     parallel = workers > 1 or executor == "ray"
-    if parallel and any(t["train"].get("checkpoint") for t in tasks):
+    if parallel and any(spec.train.checkpoint for spec in specs):
         raise ValueError(
             "TrainConfig.checkpoint with parallel runs: they would write one checkpoint prefix "
             "at once; run with workers=1 or checkpoint=None"
         )
     if parallel:  # no training bars from workers: one bar over the runs; idle workers none
-        tasks = [{**t, "train": {**t["train"], "progress": False}} for t in tasks]
-        workers = max(1, min(workers, len(tasks)))
+        specs = [replace(spec, train=replace(spec.train, progress=False)) for spec in specs]
+        workers = max(1, min(workers, len(specs)))
     if executor == "ray" and gpus_per_run is None:
-        cuda = any(str(t["train"].get("device", "cpu")).startswith("cuda") for t in tasks)
+        cuda = any(str(spec.train.device).startswith("cuda") for spec in specs)
         gpus_per_run = 1 / workers if cuda else 0
     return _stream(
-        tasks,
+        specs,
         bundle,
         workers,
         executor if parallel else "inline",
@@ -345,19 +274,19 @@ def execute(
 
 
 def _stream(
-    tasks, bundle, workers, how, gpus_per_run, ray_address, progress, desc, skipped, on_error
+    specs, bundle, workers, how, gpus_per_run, ray_address, progress, desc, skipped, on_error
 ) -> Iterator[RunOutcome]:
     from tqdm.auto import tqdm
 
     threads = threads_per_worker(workers)
     if how == "inline":
-        outcomes = _in_process(tasks, bundle)
+        outcomes = _in_process(specs, bundle)
     elif how == "process":
-        outcomes = _processes(tasks, bundle, workers, threads)
+        outcomes = _processes(specs, bundle, workers, threads)
     else:
-        outcomes = _ray(tasks, bundle, workers, threads, gpus_per_run, ray_address)
-    labels = {t["index"]: f"{t.get('label') or t['model']} seed {t['seed']}" for t in tasks}
-    bar = tqdm(total=skipped + len(tasks), initial=skipped, desc=desc, disable=not progress)
+        outcomes = _ray(specs, bundle, workers, threads, gpus_per_run, ray_address)
+    labels = [f"{spec.name} seed {spec.seed}" for spec in specs]
+    bar = tqdm(total=skipped + len(specs), initial=skipped, desc=desc, disable=not progress)
     failed = 0
     try:
         for out in outcomes:
@@ -372,19 +301,13 @@ def _stream(
         outcomes.close()
     if failed:
         warnings.warn(
-            f"{failed} of {len(tasks)} runs failed; their rows carry 'error' and 'traceback'",
+            f"{failed} of {len(specs)} runs failed; their rows carry 'error' and 'traceback'",
             RuntimeWarning,
             stacklevel=2,
         )
 
 
-def train_dict(train_config) -> dict:
-    """A `TrainConfig` (default one for None) as plain data for `run_task`."""
-    from .train import TrainConfig
-
-    return asdict(train_config or TrainConfig())
-
-
-def train_settings(train_config) -> dict:
+def train_settings(train_config: TrainConfig | None) -> dict:
     """The fields of a `TrainConfig` that change a run's numbers (for run identities)."""
-    return {k: v for k, v in train_dict(train_config).items() if k not in BOOKKEEPING}
+    given = asdict(train_config or TrainConfig())
+    return {k: v for k, v in given.items() if k not in BOOKKEEPING}

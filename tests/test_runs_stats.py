@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats as st
 
-from kt_lib.stats import compare_pairs, lower_is_better, paired_comparison, pairs_markdown
+from kt_lib.runs.stats import compare_pairs, lower_is_better, paired_comparison, pairs_markdown
 
 
 def runs_frame(a: np.ndarray, b: np.ndarray, dataset: str = "d1") -> pd.DataFrame:

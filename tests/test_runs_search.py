@@ -1,4 +1,4 @@
-"""kt_lib.search: Optuna studies over SimAKT's typed configuration."""
+"""kt_lib.runs.search: Optuna studies over SimAKT's typed configuration."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ optuna = pytest.importorskip("optuna")
 
 from kt_lib.data import load_bundle  # noqa: E402
 from kt_lib.heads.simakt_config import load_simakt_config  # noqa: E402
-from kt_lib.search import (  # noqa: E402
+from kt_lib.runs.search import (  # noqa: E402
     best_overrides,
     importance,
     run_study,
@@ -63,7 +63,7 @@ def test_pruned_trials_stop_after_the_epoch_that_was_pruned(bundle):
 
 
 def test_k_neighbors_never_exceeds_the_drawn_bank_and_bad_trials_fail_alone(bundle):
-    from kt_lib.search import Dim
+    from kt_lib.runs.search import Dim
 
     space = {
         "n_clusters": Dim(4, 4, kind="int"),

@@ -1,0 +1,86 @@
+"""Where a result came from: the workbook's git commit, package versions, the device and the
+CPU cores. A bottom-layer module: it imports nothing of kt_lib, so every layer may record it."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = [
+    "torch",
+    "numpy",
+    "pandas",
+    "scikit-learn",
+    "matplotlib",
+    "seaborn",
+    "papermill",
+    "nbconvert",
+    "nbval",
+]
+
+
+def git_commit() -> str:
+    """`git rev-parse --short HEAD` (+dirty); KT_COMMIT when set (a copy of the tree without its
+    .git, e.g. on a lent GPU machine, names the commit it was copied from); else "unknown"."""
+    if os.environ.get("KT_COMMIT"):
+        return os.environ["KT_COMMIT"]
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        return out + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run_commit() -> str | None:
+    """The commit a results row records: `git_commit()`, None where it is unknown."""
+    found = git_commit()
+    return None if found == "unknown" else found
+
+
+def versions() -> dict[str, str]:
+    """Python's and the main packages' versions ("-" for a package not installed)."""
+    found = {"python": platform.python_version()}
+    for pkg in PACKAGES:
+        try:
+            found[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            found[pkg] = "-"
+    return found
+
+
+def cpu_cores() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def device_name(device: str = "cpu") -> str:
+    """The GPU's name for a CUDA device, else the CPU model (from /proc/cpuinfo where it exists)."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(torch.device(device))
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"

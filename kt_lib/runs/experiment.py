@@ -1,0 +1,261 @@
+"""One run from a `RunSpec` to its result: seeded build, fit, evaluation of valid and test.
+
+    result = run_experiment(RunSpec("akt", "paper", seed=1, train=cfg), bundle)
+
+`run_model` keeps the keyword signature notebooks use (`kt_lib.experiment.run_experiment`):
+a thin wrapper that builds the spec. `python -m kt_lib.experiment` (`main`) does the same from
+the command line and writes a results file of `RunRecord` rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
+
+import pandas as pd
+import torch
+
+from ..data.dataset import KTDataset
+from ..fileio import save_json
+from ..models import build_model
+from ..models.base import KTModel
+from ..provenance import device_name, run_commit
+from ..train import DEFAULT_PROTOCOL, TrainConfig, evaluate, evaluate_protocols, fit
+from .data import DataSpec
+from .record import RunRecord, now
+from .spec import DEFAULT_PRESET, EvalConfig, RunSpec
+
+
+class Splits(NamedTuple):
+    """Train/valid/test of a run (a `Bundle` serves as well); test None: not evaluated."""
+
+    train: KTDataset
+    valid: KTDataset
+    test: KTDataset | None
+
+
+@dataclass
+class ExperimentResult:
+    """A trained model with its history and its validation and test metrics."""
+
+    name: str
+    model: KTModel | None  # None once the model stayed in a worker process
+    history: pd.DataFrame
+    valid: dict
+    test: dict
+    seconds: float
+    n_params: int
+    best_epoch: int
+    config: dict = field(default_factory=dict)
+    diagnostics: dict = field(default_factory=dict)  # the model's own figures on test data
+    protocols: dict = field(default_factory=dict)  # "rows/history" -> test metrics
+    ordinal: bool = False  # the model predicts K > 2 categories
+
+    @property
+    def headline(self) -> str:
+        return "qwk" if self.ordinal else "auc"
+
+    def figures(self) -> dict[str, Any]:
+        """The result's columns of a `RunRecord` row: test_<metric> under the default protocol
+        (per_question/window), the headline metric under each other protocol evaluated as
+        test_<metric>@<rows>/<history>, valid_<headline>, epochs, size, seconds, diagnostics."""
+        h = self.headline
+        return {
+            **{f"test_{k}": v for k, v in self.test.items() if k != "n"},
+            **{
+                f"test_{h}@{name}": m[h]
+                for name, m in self.protocols.items()
+                if name != DEFAULT_PROTOCOL
+            },
+            f"valid_{h}": self.valid.get(h, math.nan),
+            "best_epoch": self.best_epoch,
+            "epochs": len(self.history),
+            "params": self.n_params,
+            "train_seconds": round(self.seconds, 1),
+            "prepare_seconds": round(float(self.history.attrs.get("prepare_seconds", 0.0)), 2),
+            "threads": torch.get_num_threads(),
+            **{f"diag_{k}": v for k, v in self.diagnostics.items()},
+        }
+
+    def row(self) -> dict:
+        """Flat dict for a notebook's table: model, the figures and the default protocol."""
+        return {"model": self.name, "protocol": DEFAULT_PROTOCOL, **self.figures()}
+
+
+def run_experiment(spec: RunSpec, bundle, on_epoch=None) -> ExperimentResult:
+    """Seeded build + fit + evaluation of one run on `bundle` (train/valid/test; test None: not
+    scored). The test set is scored under both row rules and each of `spec.eval.histories`;
+    `test` holds the default protocol's metrics, `protocols` all of them. `on_epoch` goes to
+    `fit` (it sees each epoch's history row)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        model = build_model(
+            spec.model, spec.config, dataset=bundle.train, preset=spec.preset, **spec.fields
+        )
+    res = fit(model, bundle.train, bundle.valid, spec.train, on_epoch=on_epoch, seed=spec.seed)
+    ev = spec.eval.loader()
+    valid_m = evaluate(res.model, bundle.valid, **ev)
+    protocols, diagnostics, test = {}, {}, bundle.test
+    if test is not None:
+        protocols = evaluate_protocols(
+            res.model, test, histories=spec.eval.histories, stride=spec.eval.stride, **ev
+        )
+        diagnostics = res.model.diagnostics(test, **ev)
+    return ExperimentResult(
+        spec.name,
+        res.model,
+        res.history,
+        valid_m,
+        protocols.get(DEFAULT_PROTOCOL, {}),
+        res.seconds,
+        sum(p.numel() for p in res.model.parameters()),
+        res.best_epoch,
+        asdict(model.config),
+        diagnostics,
+        protocols,
+        bool(res.model.ordinal),
+    )
+
+
+def run_model(
+    model_name: str,
+    train: KTDataset,
+    valid: KTDataset,
+    test: KTDataset | None,
+    preset: str = DEFAULT_PRESET,
+    model_config=None,
+    train_config: TrainConfig | None = None,
+    seed: int = 0,
+    label: str | None = None,
+    histories: tuple[str, ...] = ("window",),
+    on_epoch=None,
+    **model_fields,
+) -> ExperimentResult:
+    """`run_experiment` with keywords (notebooks): model config fields as keyword arguments."""
+    cfg = train_config or TrainConfig()
+    spec = RunSpec(
+        model_name,
+        preset,
+        model_fields,
+        model_config,
+        seed,
+        label,
+        cfg,
+        EvalConfig.of(cfg, histories),
+    )
+    return run_experiment(spec, Splits(train, valid, test), on_epoch=on_epoch)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="Train registered models and write test metrics.")
+    p.add_argument("--models", nargs="+", required=True)
+    p.add_argument("--data-dir", default=None, help="dataset folder or file (default: simulator)")
+    p.add_argument(
+        "--data-format",
+        default=None,
+        help="auto | line3 | line4 | pykt | log | synthetic (default: auto with --data-dir, "
+        "else synthetic)",
+    )
+    p.add_argument("--fold", type=int, default=None)
+    p.add_argument("--preset", default=DEFAULT_PRESET, help="tiny | default | paper | a named one")
+    p.add_argument(
+        "--recipe",
+        default="workbook",
+        help="training recipe (TrainConfig.recipe): workbook | akt_authors; flags below override",
+    )
+    p.add_argument("--epochs", type=int, default=None, help="default: 30 (workbook recipe)")
+    p.add_argument("--patience", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--max-len", type=int, default=200)
+    p.add_argument(
+        "--histories",
+        nargs="+",
+        default=["window"],
+        choices=["window", "sliding"],
+        help="evaluation histories of the test set (both row rules are always scored)",
+    )
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument(
+        "--precision",
+        default=None,
+        choices=["fp32", "tf32", "bf16"],
+        help="default: tf32 on CUDA, fp32 on CPU",
+    )
+    p.add_argument(
+        "--backend",
+        default=None,
+        choices=["reference", "cpu", "cuda"],
+        help="attention backend (default: by device)",
+    )
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--set", nargs="*", default=[], help="model fields key=value (YAML values)")
+    p.add_argument("--out", default="results.json")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    import yaml
+
+    p = _parser()
+    a = p.parse_args(argv)
+    fields = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in a.set)}
+    try:
+        data = DataSpec(a.data_dir, a.data_format, a.fold)
+    except ValueError as exc:
+        p.error(str(exc))
+    a.data_format = data.data_format
+    given = dict(epochs=a.epochs, patience=a.patience, batch_size=a.batch_size, lr=a.lr)
+    given = {k: v for k, v in given.items() if v is not None}
+    if a.recipe == "workbook":
+        given.setdefault("epochs", 30)
+    tc = TrainConfig.recipe(
+        a.recipe,
+        **given,
+        max_len=a.max_len,
+        device=a.device,
+        precision=a.precision,
+        backend=a.backend,
+        compile=a.compile,
+        progress=False,
+        verbose=True,
+    )
+    specs = [
+        RunSpec(name, a.preset, fields, seed=seed, train=tc, eval=EvalConfig.of(tc, a.histories))
+        for name in a.models
+        for seed in a.seeds
+    ]
+    for spec in specs:  # a typo in --set fails before the first run
+        spec.validate()
+    bundle, rows, commit = data.load(), [], run_commit()
+    for spec in specs:
+        t0 = time.perf_counter()
+        res = run_experiment(spec, bundle)
+        record = RunRecord(
+            spec.name,
+            spec.seed,
+            data.name,
+            data.fold,
+            preset=spec.preset,
+            figures=res.figures(),
+            data_format=data.data_format,
+            protocol=bundle.protocol,
+            wall_seconds=time.perf_counter() - t0,
+            device_name=device_name(tc.device),
+            commit=commit,
+            date=now(),
+        )
+        row = {**record.row(), "valid": res.valid, "protocols": res.protocols}
+        row["history"] = res.history.to_dict(orient="list")
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "history"}), flush=True)
+        save_json(a.out, {"args": vars(a), "protocol": bundle.protocol, "results": rows})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,198 @@
+"""Leaderboard plans: which runs a profile asks for, each with its identity (`run_key`).
+
+A `LeaderboardPlan` trains its models on each dataset following `fold_plan`; `runs()` lists
+every run as a `RunSpec` with its key, without running anything. `profile_plan(params)` builds
+the plan of a profile's parameters (notebook 10's names): notebook 10, `reports check`'s dry run
+and the studies all plan through this module, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..train import TrainConfig
+from .data import DataSpec
+from .execute import train_settings
+from .spec import DEFAULT_PRESET, EvalConfig, ModelSettings, RunSpec
+
+FOLD_BASE = {"line3": 1, "line4": 1, "pykt": 0}  # formats whose files carry folds: first id
+# a profile's leaderboard parameters (notebook 10's names) and their defaults
+PROFILE_DEFAULTS = {
+    "datasets": [],
+    "simulator": True,
+    "models": ["dkt", "sakt", "akt", "idkt", "dtransformer", "simakt", "ikt3"],
+    "seeds": [0, 1],
+    "folds": 0,
+    "num_students": 200,
+    "seq_len": 40,
+    "num_c": 8,
+    "preset": DEFAULT_PRESET,
+    "bkt_max_iter": 20,
+    "max_len": 40,
+    "histories": ["window"],
+    "overrides": {},
+    "variants": {},
+    "dataset_overrides": {},
+}
+
+
+def has_fold_files(data_dir: str | Path | None, data_format: str) -> bool:
+    """Whether a folder carries its own folds: line3/line4 `*_train1.csv` (a folder with only
+    train/test files has none), pykt always (a `fold` column); unknown without a folder."""
+    if data_format == "pykt":
+        return True
+    if data_format in ("line3", "line4"):
+        return data_dir is None or any(Path(data_dir).glob("*_train1.csv"))
+    return False
+
+
+def fold_plan(
+    data_format: str, folds: int, seeds: Iterable[int], data_dir: str | Path | None = None
+) -> list[tuple[int | None, int]]:
+    """(fold, seed) of each run: the files' `folds` folds with the first seed where the format
+    has folds (line3/line4: 1..k, pykt: 0..k-1), folds > 0 and `data_dir` (when given) has the
+    fold files; else every seed without a fold."""
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("fold_plan needs at least one seed")
+    if folds > 0 and data_format in FOLD_BASE and has_fold_files(data_dir, data_format):
+        base = FOLD_BASE[data_format]
+        return [(base + k, seeds[0]) for k in range(folds)]
+    return [(None, s) for s in seeds]
+
+
+def run_key(dataset: str, model: str, fold, seed: int, preset: str, settings: dict) -> str:
+    """Identity of one leaderboard run: dataset, model, fold, seed, preset and a short hash of
+    everything else that changes its result (training settings, model overrides, simulator)."""
+    blob = json.dumps(settings, sort_keys=True, default=str).encode()
+    digest = hashlib.sha1(blob).hexdigest()[:10]
+    return f"{dataset}/{model}/fold={fold}/seed={seed}/{preset}/{digest}"
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One run of a plan: its key, its spec, and the row label and registered model."""
+
+    key: str
+    spec: RunSpec
+    name: str  # row label (a model or a variant label)
+    base: str  # registered model
+
+    @property
+    def dataset(self) -> str:
+        return self.spec.data.name
+
+
+@dataclass(frozen=True)
+class LeaderboardPlan:
+    """`models` on each of `datasets`: the files' folds (`folds` > 0 where a dataset has them)
+    or `seeds`; the simulator takes `simulator` keyword arguments; model fields from
+    `settings` (see `ModelSettings`); the test set scored under each of `histories`."""
+
+    datasets: tuple[DataSpec, ...]
+    models: tuple[str, ...]
+    preset: str = DEFAULT_PRESET
+    seeds: tuple[int, ...] = (0,)
+    folds: int = 0
+    simulator: dict = field(default_factory=dict)
+    settings: ModelSettings = field(default_factory=ModelSettings)
+    histories: tuple[str, ...] = ("window",)
+
+    @classmethod
+    def of(
+        cls,
+        datasets: Iterable[tuple[str | None, str | None]],
+        models: Iterable[str],
+        preset: str = DEFAULT_PRESET,
+        seeds: Iterable[int] = (0,),
+        folds: int = 0,
+        simulator: Mapping | None = None,
+        overrides: Mapping | None = None,
+        variants: Mapping | None = None,
+        dataset_overrides: Mapping | None = None,
+        histories: Iterable[str] = ("window",),
+    ) -> LeaderboardPlan:
+        """A plan from plain values, validated before any run: a folder with no format is read
+        with `auto`, a folder with `synthetic` is refused, model fields are checked."""
+        return cls(
+            tuple(DataSpec(d, f) for d, f in datasets),
+            tuple(models),
+            preset,
+            tuple(seeds),
+            folds,
+            dict(simulator or {}),
+            ModelSettings.parse(overrides, variants, dataset_overrides),
+            tuple(dict.fromkeys(("window", *histories))),
+        )
+
+    def data(self) -> list[list[DataSpec]]:
+        """Per dataset, the `DataSpec` of each (fold, seed) it is trained on."""
+        out = []
+        for spec in self.datasets:
+            folder = spec.data_dir if spec.data_dir and Path(spec.data_dir).exists() else None
+            kw = self.simulator if spec.synthetic else {}
+            out.append(
+                [
+                    dataclasses.replace(spec, fold=fold, seed=seed, kw=dict(kw))
+                    for fold, seed in fold_plan(spec.data_format, self.folds, self.seeds, folder)
+                ]
+            )
+        return out
+
+    def settings_of(self, train_config: TrainConfig | None) -> dict:
+        """The training settings a run's key hashes (histories only when not window alone:
+        keys of earlier files stay valid)."""
+        settings = train_settings(train_config)
+        if list(self.histories) != ["window"]:
+            settings = {**settings, "histories": list(self.histories)}
+        return settings
+
+    def runs(self, train_config: TrainConfig | None = None) -> list[PlannedRun]:
+        """Every run, datasets then folds/seeds then models, with its key."""
+        train = train_config or TrainConfig()
+        settings = self.settings_of(train)
+        evaluation = EvalConfig.of(train, self.histories)
+        out = []
+        for per_dataset in self.data():
+            for data in per_dataset:
+                for name in self.models:
+                    base, fields = self.settings.cell(data.name, name)
+                    blob = {
+                        "train": settings,
+                        "model": fields,
+                        "data": {"format": data.data_format, **data.kw},
+                        **({"variant_of": base} if base != name else {}),
+                    }
+                    key = run_key(data.name, name, data.fold, data.seed, self.preset, blob)
+                    label = name if base != name else None
+                    spec = RunSpec(
+                        base, self.preset, fields, None, data.seed, label, train, evaluation, data
+                    )
+                    out.append(PlannedRun(key, spec, name, base))
+        return out
+
+
+def profile_plan(params: Mapping) -> LeaderboardPlan:
+    """The leaderboard plan of a profile's parameters (notebook 10's names, `PROFILE_DEFAULTS`
+    for those not given; other parameters, e.g. training or workers, are not the plan's): its
+    datasets plus the simulator, iDKT's BKT iterations under the profile's own overrides."""
+    p = {**PROFILE_DEFAULTS, **{k: v for k, v in params.items() if k in PROFILE_DEFAULTS}}
+    datasets = [tuple(d) for d in p["datasets"]] + ([(None, "synthetic")] if p["simulator"] else [])
+    given = dict(p["overrides"] or {})
+    return LeaderboardPlan.of(
+        datasets,
+        p["models"],
+        preset=p["preset"],
+        seeds=p["seeds"],
+        folds=p["folds"],
+        simulator={k: p[k] for k in ("num_students", "seq_len", "num_c")},
+        overrides={**given, "idkt": {"bkt_max_iter": p["bkt_max_iter"], **given.get("idkt", {})}},
+        variants=p["variants"] or {},
+        dataset_overrides=p["dataset_overrides"] or {},
+        histories=p["histories"],
+    )

@@ -1,0 +1,86 @@
+"""`RunRecord`: the one schema of a results row, whoever ran it (a notebook, a grid, the
+leaderboard, `python -m kt_lib.experiment`, a study).
+
+A row is flat: identity (dataset, model, fold, seed, variant or cell label, preset, factors),
+then the result's figures (test_<metric>, test_<metric>@<rows>/<history>, valid_<headline>,
+best_epoch, epochs, params, train/prepare seconds, threads, diag_<figure>), then how it ran
+(data format, the split's protocol statement, run_key, error and traceback of a failed run,
+wall seconds, device, commit, date, training settings). `model` is the row's label: a variant's
+label with its registered model in `variant_of` (a grid names its cell in `label` beside the
+registered `model`). Fields that do not apply (None) are left out of the row, so the rows of the
+committed results files (results/*.json) are rows of this schema.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+# per-run fields of a results file that are not table columns
+NESTED = ("valid", "history", "protocols", "train")
+
+
+def now() -> str:
+    """The date a row records (UTC, seconds)."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class RunRecord:
+    model: str
+    seed: int
+    dataset: str | None = None  # with a dataset the row also carries its fold (None: no fold)
+    fold: int | None = None
+    label: str | None = None
+    variant_of: str | None = None
+    preset: str | None = None
+    factors: dict[str, Any] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)  # `ExperimentResult.figures()`
+    data_format: str | None = None
+    protocol: str | None = None
+    run_key: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+    wall_seconds: float | None = None
+    device_name: str | None = None
+    commit: str | None = None
+    date: str | None = None
+    train: dict | None = None  # the training settings that change the numbers
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def row(self) -> dict:
+        """The flat results row. Fields that do not apply (None) are left out, except a fold
+        beside its dataset (None: the run had no fold) and the commit of a dated row (None:
+        the run's code was not in a git checkout)."""
+        head = {"dataset": self.dataset, "model": self.model}
+        if self.dataset is not None:
+            head["fold"] = self.fold
+        head.update(label=self.label, seed=self.seed, variant_of=self.variant_of)
+        head.update(preset=self.preset)
+        tail = {
+            "data_format": self.data_format,
+            "protocol": self.protocol,
+            "run_key": self.run_key,
+            "error": self.error,
+            "traceback": self.traceback,
+            "wall_seconds": self.wall_seconds,
+            "device_name": self.device_name,
+            "commit": self.commit,
+            "date": self.date,
+            "train": self.train,
+        }
+        kept = {"fold"} | ({"commit"} if self.date else set())
+        row = {k: v for k, v in head.items() if v is not None or k in kept}
+        row.update(self.factors)
+        row.update(self.figures)
+        row.update({k: v for k, v in tail.items() if v is not None or k in kept})
+        return row
+
+    @classmethod
+    def fields(cls) -> set[str]:
+        """The row keys of a record's own fields (figures and factors aside)."""
+        return set(cls.__dataclass_fields__) - {"figures", "factors"}

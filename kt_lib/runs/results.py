@@ -1,0 +1,123 @@
+"""The results store: files of `RunRecord` rows, read as one table, merged by `run_key` under a
+file lock with atomic rewrites (several processes may fill one file).
+
+A results file is {"args", "protocol", "results": [row]}: `python -m kt_lib.experiment` writes
+one per call (its args name the data); the leaderboard and the studies keep one per plan
+(results/<study>.json), each row naming its own dataset, fold, preset and run_key.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from ..fileio import locked, save_json
+from .data import SYNTHETIC, dataset_name
+from .record import NESTED
+
+
+def expand(paths: str | Path | Iterable[str | Path], root: str | Path | None = None) -> list[Path]:
+    """Results files from paths and glob patterns (a string with * ? or [, e.g.
+    "results/*.json", in sorted order); relative ones are read under `root` (default: the
+    current folder). A pattern that matches nothing is an error."""
+    base = Path(root) if root is not None else Path()
+    out = []
+    for p in [paths] if isinstance(paths, (str, Path)) else list(paths):
+        full = base / p  # an absolute p stays itself
+        if isinstance(p, str) and any(c in p for c in "*?["):
+            found = sorted(Path(f) for f in glob.glob(str(full)))
+            if not found:
+                raise ValueError(f"no results file matches {str(full)!r}")
+            out += found
+        else:
+            out.append(full)
+    return out
+
+
+def load_results(
+    paths: str | Path | Iterable[str | Path], root: str | Path | None = None
+) -> pd.DataFrame:
+    """One row per run from one or more results files (paths or glob patterns, relative ones
+    under `root`: see `expand`), with dataset, fold, preset and file."""
+    paths = expand(paths, root)
+    if not paths:
+        raise ValueError("load_results needs at least one results file")
+    rows = []
+    for path in paths:
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{path}: cannot read a results file ({exc})") from exc
+        if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+            raise ValueError(
+                f"{path}: not a kt_lib.experiment results file (expected a mapping with "
+                "'args', 'protocol' and a 'results' list)"
+            )
+        args = data.get("args") or {}
+        for r in data["results"]:
+            # a file of one experiment keeps dataset, fold and preset in its args; a leaderboard
+            # file (several datasets) keeps them in each row, and the row wins
+            row = dict(
+                dataset=dataset_name(args.get("data_dir"), args.get("data_format", SYNTHETIC)),
+                data_format=args.get("data_format", SYNTHETIC),
+                fold=args.get("fold"),
+                preset=args.get("preset"),
+                protocol=data.get("protocol", ""),
+            )
+            row.update({k: v for k, v in r.items() if k not in NESTED})
+            row["file"] = path.name
+            rows.append(row)
+    first = ["dataset", "model", "fold", "seed"]
+    table = pd.DataFrame(rows)
+    return table[[c for c in first if c in table] + [c for c in table if c not in first]]
+
+
+def read_runs(path: str | Path) -> list[dict]:
+    """Rows of a leaderboard results file ([] when it does not exist yet)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    try:
+        data = json.loads(path.read_text())
+        rows = data["results"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"{path}: cannot resume from this results file ({exc}); move it away to start afresh"
+        ) from exc
+    if not isinstance(rows, list) or any(not isinstance(r, dict) for r in rows):
+        raise ValueError(f"{path}: 'results' must be a list of rows to resume from")
+    return rows
+
+
+def finished_runs(path: str | Path | None) -> dict[str, dict]:
+    """The rows of `path` that a resumed plan skips: run_key -> row, failed runs left out."""
+    rows = read_runs(path) if path is not None else []
+    return {r["run_key"]: r for r in rows if r.get("run_key") and not r.get("error")}
+
+
+def add_runs(path: str | Path, new_rows: Iterable[dict]) -> int:
+    """Merge rows into a leaderboard results file by `run_key` (a new row replaces one with the
+    same key), under a file lock and with an atomic rewrite, so several processes can fill one
+    file. Returns the number of rows in the file."""
+    path = Path(path)
+    with locked(path):
+        merged = {}
+        for r in [*read_runs(path), *new_rows]:
+            merged[r.get("run_key") or f"unkeyed-{len(merged)}"] = r
+        rows = list(merged.values())
+        save_json(path, {"args": {"kind": "leaderboard"}, "protocol": "", "results": rows})
+    return len(rows)
+
+
+def merge_files(files: Iterable[str | Path], into: str | Path) -> int:
+    """Merge the leaderboard runs of `files` into `into` by run_key (e.g. runs filled in
+    separate files, into a profile's resume file); returns its number of rows."""
+    rows = [r for f in files if Path(f) != Path(into) for r in read_runs(f)]
+    if any(not r.get("run_key") for r in rows):
+        raise ValueError("merging takes leaderboard files (rows with a run_key) only")
+    return add_runs(into, rows)

@@ -1,0 +1,173 @@
+"""Hyperparameter search over SimAKT's typed configuration with Optuna (seed 000, phase 4).
+
+A trial draws settings from a search space (`SIMAKT_SPACE`: influence weights, bank sizes,
+future_weight, decay_factor, learning rate), applies them with
+`SimilarityConfig.with_settings` (the one definition of every SimAKT field), trains with `fit`
+and returns the validation AUC; after each epoch it reports the validation AUC to Optuna, whose
+pruner may stop it (median pruner by default). Studies live in a storage URL (an SQLite file:
+`sqlite:///runs/simakt_study.db`), so a study interrupted or run from several processes at once
+is resumed by naming it again: `n_jobs` runs trials in threads of one process, and several
+processes (or machines) that open the same study share its trials.
+
+    study = run_study(bundle, n_trials=20, storage="sqlite:///runs/simakt.db")
+    importance(study)                      # which setting mattered (fANOVA)
+    best_overrides(study)                  # the winning configuration: a RunSpec's fields
+
+Optuna samples, prunes and stores; this module only states the space and the objective.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from ..train import TrainConfig
+from .experiment import Splits, run_experiment
+from .grids import simakt_similarity
+from .spec import DEFAULT_PRESET, RunSpec
+
+
+@dataclass(frozen=True)
+class Dim:
+    """One dimension of a search space: float (log or linear) or int, or a choice."""
+
+    low: float = 0.0
+    high: float = 1.0
+    log: bool = False
+    kind: str = "float"  # float | int | choice
+    choices: tuple = ()
+
+    def suggest(self, trial, name: str):
+        if self.kind == "int":
+            return trial.suggest_int(name, int(self.low), int(self.high), log=self.log)
+        if self.kind == "choice":
+            return trial.suggest_categorical(name, list(self.choices))
+        return trial.suggest_float(name, self.low, self.high, log=self.log)
+
+
+# Settings of SimilarityConfig.with_settings (and "lr" for the optimiser). The ranges cover the
+# seed's examples (influence 0.1-0.7, 10-200 clusters, k 5-50, memory 100-1000, future_weight
+# 0-0.5, decay 0.8-0.99); callers shrink bank sizes for small data (see `small_space`).
+SIMAKT_SPACE: dict[str, Dim] = {
+    "lr": Dim(1e-4, 3e-3, log=True),
+    "cluster_weight": Dim(0.05, 0.7),
+    "knn_weight": Dim(0.05, 0.7),
+    "n_clusters": Dim(10, 200, log=True, kind="int"),
+    "k_neighbors": Dim(5, 50, log=True, kind="int"),
+    "memory_size": Dim(100, 1000, log=True, kind="int"),
+    "future_weight": Dim(0.0, 0.5),
+    "decay_factor": Dim(0.8, 0.99),
+}
+
+
+def small_space(n_students: int) -> dict[str, Dim]:
+    """SIMAKT_SPACE with bank sizes that a training set of `n_students` can fill."""
+    space = dict(SIMAKT_SPACE)
+    top = max(4, n_students // 4)
+    space["n_clusters"] = Dim(2, min(200, top), log=True, kind="int")
+    # a bank holds one cross-fitting fold of the training students (half, with 2 folds)
+    bank = max(8, n_students // 3)
+    space["memory_size"] = Dim(min(8, top), min(1000, bank), log=True, kind="int")
+    space["k_neighbors"] = Dim(2, min(50, max(2, top // 2)), log=True, kind="int")
+    return space
+
+
+def trial_settings(trial, space: dict[str, Dim]) -> dict:
+    """The settings one trial draws from `space`; k_neighbors never exceeds memory_size (a KNN
+    head reads k of the bank's entries)."""
+    settings = {name: dim.suggest(trial, name) for name, dim in space.items()}
+    if "k_neighbors" in settings and "memory_size" in settings:
+        settings["k_neighbors"] = min(settings["k_neighbors"], settings["memory_size"])
+    return settings
+
+
+def simakt_overrides(settings: dict, preset: str = "position_weighted_dual") -> dict:
+    """Model fields of a SimAKT `RunSpec`: the similarity preset with the
+    drawn settings applied (lr excluded: it is a training setting)."""
+    changes = {k: v for k, v in settings.items() if k != "lr"}
+    return {"similarity": simakt_similarity(preset, **changes)}
+
+
+def run_study(
+    bundle,
+    n_trials: int = 20,
+    train_config: TrainConfig | None = None,
+    model_preset: str = DEFAULT_PRESET,
+    similarity: str = "position_weighted_dual",
+    space: dict[str, Dim] | None = None,
+    storage: str | None = None,
+    study_name: str = "simakt",
+    seed: int = 0,
+    n_jobs: int = 1,
+    pruner=None,
+    timeout: float | None = None,
+    progress: bool = False,
+):
+    """Optimise SimAKT's validation AUC on `bundle` (train/valid; test is not read).
+
+    `storage`: an Optuna storage URL (e.g. "sqlite:///runs/simakt.db"); with one, an existing
+    study of that name is resumed (`load_if_exists`). The sampler is seeded (TPE), so a study
+    with n_jobs=1 repeats. Returns the `optuna.Study`.
+    """
+    import optuna
+
+    space = space or small_space(len(bundle.train))
+    base = train_config or TrainConfig(progress=False)
+
+    def objective(trial) -> float:
+        settings = trial_settings(trial, space)
+        cfg = TrainConfig(**{**base.__dict__, "lr": settings.get("lr", base.lr)})
+
+        def report(epoch: int, row: dict) -> None:
+            trial.report(row["valid_auc"], epoch)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+
+        spec = RunSpec("simakt", model_preset, simakt_overrides(settings, similarity), seed=seed,
+                       train=cfg)  # fmt: skip
+        res = run_experiment(spec, Splits(bundle.train, bundle.valid, None), on_epoch=report)
+        auc = res.valid.get("auc", math.nan)
+        trial.set_user_attr("best_epoch", res.best_epoch)
+        return auc
+
+    study = optuna.create_study(
+        study_name=study_name,
+        storage=storage,
+        load_if_exists=storage is not None,
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=seed),
+        pruner=pruner or optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1),
+    )
+    study.optimize(  # a trial whose settings a bank cannot hold fails alone (state FAIL)
+        objective,
+        n_trials=n_trials,
+        n_jobs=n_jobs,
+        timeout=timeout,
+        show_progress_bar=progress,
+        catch=(ValueError,),
+    )
+    return study
+
+
+def trials_frame(study) -> pd.DataFrame:
+    """One row per trial: number, state, validation AUC and the drawn settings."""
+    return study.trials_dataframe(attrs=("number", "state", "value", "params", "user_attrs"))
+
+
+def importance(study) -> pd.Series:
+    """Each setting's importance for the validation AUC (Optuna's fANOVA evaluator), largest
+    first; needs at least two completed trials."""
+    import optuna
+
+    got = optuna.importance.get_param_importances(study)
+    return pd.Series(got, name="importance").sort_values(ascending=False)
+
+
+def best_overrides(study, similarity: str = "position_weighted_dual") -> tuple[dict, float]:
+    """(model fields, lr) of the best trial, ready for a SimAKT `RunSpec`."""
+    params = dict(study.best_params)
+    if "k_neighbors" in params and "memory_size" in params:  # as the trial clamped it
+        params["k_neighbors"] = min(params["k_neighbors"], params["memory_size"])
+    return simakt_overrides(params, similarity), params.get("lr", TrainConfig().lr)

@@ -1,0 +1,300 @@
+"""The evidence studies of record: named, typed plans whose runs land in `results/<name>.json`.
+
+    python -m kt_lib.studies list
+    python -m kt_lib.studies status simakt                  # done / left per cell, ETA
+    python -m kt_lib.studies run simakt [--data-root ../shared/data] [--device cuda]
+                                        [--workers 4] [--threads 1]
+    python -m kt_lib.studies render simakt                   # the README's block, from the file
+    python -m kt_lib.leaderboard results/simakt.json --pairs simakt_pwd:dtransformer ...
+
+A study is a list of parts (datasets x models) that share one training recipe, one preset and one
+results file. `run` is resumable: each finished run is merged into the file at once (file lock,
+atomic rewrite, `runs.results.add_runs`) and runs already there under the same `run_key` (dataset,
+model, fold, seed, preset and a hash of every setting that changes the numbers) are skipped, so a
+study is filled piece by piece: a CPU in the background, a GPU session when one is lent. The data
+folders are found under `--data-root` by name (never copied into the repository). The file is
+tracked by git: commit it after each batch of finished runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from ..provenance import ROOT
+from ..train import TrainConfig
+from .leaderboard import run_plan
+from .plan import LeaderboardPlan
+from .results import load_results, read_runs
+from .spec import ModelSettings
+from .stats import compare_pairs, pairs_markdown
+from .tables import mean_std, to_markdown
+
+RESULTS = ROOT / "results"
+CHECKPOINTS = ROOT / "runs" / "checkpoints"  # git-ignored: per-run epoch checkpoints of studies
+DATA_ROOT = ROOT.parent / "shared" / "data"
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """Models trained on datasets ((folder name, format) pairs) under a study's plan."""
+
+    datasets: tuple[tuple[str, str], ...]
+    models: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """One study of record: its parts, its variants and the comparisons it answers."""
+
+    name: str
+    question: str
+    parts: tuple[Part, ...]
+    variants: dict = dataclasses.field(default_factory=dict)
+    overrides: dict = dataclasses.field(default_factory=dict)
+    pairs: tuple[tuple[str, str], ...] = ()
+    folds: int = 3  # the files' folds 1-3 (line3) / 0-2 (pykt) where a dataset has folds
+    seeds: tuple[int, ...] = (0, 1, 2)  # else these seeds
+    preset: str = "paper"
+    epochs: int = 30
+    patience: int = 5
+    histories: tuple[str, ...] = ("window",)
+
+    def __post_init__(self) -> None:
+        """Variants and overrides are checked against the models' configs when a study is
+        declared, not when its first part runs."""
+        ModelSettings.parse(self.overrides, self.variants)
+
+    def train_config(self, device: str = "cpu") -> TrainConfig:
+        return TrainConfig.recipe(
+            "workbook",
+            epochs=self.epochs,
+            patience=self.patience,
+            device=device,
+            progress=False,
+            verbose=True,
+        )
+
+    @property
+    def path(self) -> Path:
+        return RESULTS / f"{self.name}.json"
+
+    def part_plans(self, data_root: str | Path = DATA_ROOT) -> list[LeaderboardPlan]:
+        """Each part as a `LeaderboardPlan`, its datasets found under `data_root` by name."""
+        return [
+            LeaderboardPlan.of(
+                [(str(Path(data_root) / folder), fmt) for folder, fmt in part.datasets],
+                part.models,
+                preset=self.preset,
+                seeds=self.seeds,
+                folds=self.folds,
+                overrides=self.overrides,
+                variants=self.variants,
+                histories=self.histories,
+            )
+            for part in self.parts
+        ]
+
+    def plan(self, data_root: str | Path = DATA_ROOT) -> list[dict]:
+        """Every run of the study: dataset, model, fold, seed and run_key (as `run_plan` keys
+        them), without running anything."""
+        train = self.train_config()
+        return [
+            dict(
+                dataset=r.dataset, model=r.name, fold=r.spec.data.fold, seed=r.spec.seed, key=r.key
+            )
+            for plan in self.part_plans(data_root)
+            for r in plan.runs(train)
+        ]
+
+
+_SIMAKT = {
+    "simakt_no_inter": {"model": "simakt", "similarity": "no_inter_student"},
+    "simakt_pwd": {"model": "simakt", "similarity": "position_weighted_dual"},
+    "simakt_cluster_only": {"model": "simakt", "similarity": "cluster_only"},
+    "simakt_knn_only": {"model": "simakt", "similarity": "knn_only"},
+}
+A09, ALG05 = ("assist2009", "line3"), ("algebra05", "auto")
+STUDIES = {
+    s.name: s
+    for s in [
+        Study(
+            name="simakt",
+            question="Seed 000: do inter-student heads beat the intra-only baseline?",
+            parts=(Part((A09, ALG05), ("dtransformer", *_SIMAKT)),),
+            variants=_SIMAKT,
+            pairs=tuple(
+                (v, base)
+                for v in ("simakt_pwd", "simakt_cluster_only", "simakt_knn_only")
+                for base in ("dtransformer", "simakt_no_inter")
+            ),
+        ),
+        Study(
+            name="pairs",
+            question="Seeds 001/003 and iKT3: iDKT vs AKT; iKT3 vs iKT3 without its reference",
+            parts=(Part((A09, ALG05), ("akt", "idkt", "ikt3", "ikt3_lambda0")),),
+            variants={"ikt3_lambda0": {"model": "ikt3", "lambda_target": 0.0}},
+            overrides={"ikt3": {"warmup": 10}},
+            pairs=(("idkt", "akt"), ("ikt3", "ikt3_lambda0")),
+        ),
+        Study(
+            name="ordinal",
+            question="Seed 002: does the plug-in ordinal attention help at K = 2?",
+            parts=(Part((A09,), ("attention_gpcm", "modular_attention_gpcm")),),
+            pairs=(("modular_attention_gpcm", "attention_gpcm"),),
+        ),
+        Study(
+            name="base",
+            question="The base leaderboard beside the published figures",
+            parts=(
+                Part((("statics2011", "line3"), ("assist2015", "pykt")), ("dkt", "sakt", "akt")),
+                Part((A09, ALG05), ("dkt", "sakt")),
+            ),
+            pairs=(("sakt", "dkt"),),
+        ),
+    ]
+}
+
+
+def get(name: str) -> Study:
+    if name not in STUDIES:
+        raise KeyError(f"no study {name!r}; the studies are {sorted(STUDIES)}")
+    return STUDIES[name]
+
+
+def status(study: Study, data_root: str | Path = DATA_ROOT, path: str | Path | None = None):
+    """(done rows, left plan entries, ETA seconds from the finished runs' mean wall time per
+    model, or None when no run of that model has finished)."""
+    rows = [r for r in read_runs(path or study.path) if not r.get("error")]
+    have = {r["run_key"] for r in rows if r.get("run_key")}
+    plan = study.plan(data_root)
+    left = [p for p in plan if p["key"] not in have]
+    walls: dict[str, list[float]] = {}
+    for r in rows:
+        walls.setdefault(r["model"], []).append(float(r.get("wall_seconds") or 0))
+    eta = 0.0
+    for p in left:
+        w = walls.get(p["model"])
+        if not w:
+            return rows, left, None
+        eta += sum(w) / len(w)
+    return rows, left, eta
+
+
+def run(
+    study: Study,
+    data_root: str | Path = DATA_ROOT,
+    device: str = "cpu",
+    workers: int = 1,
+    path: str | Path | None = None,
+    progress: bool = True,
+    checkpoints: str | Path | None = CHECKPOINTS,
+) -> None:
+    """Fill the study's results file (resumable; see the module docstring). With workers=1 each
+    run also writes an epoch checkpoint under `checkpoints/<study>/` (None: none), so a run
+    killed mid-way resumes from its last finished epoch when the study is started again; the
+    checkpoint is removed once the run's row is in the results file."""
+    ckpt = Path(checkpoints) / study.name if checkpoints is not None and workers == 1 else None
+    for part, plan in zip(study.parts, study.part_plans(data_root), strict=True):
+        for folder, _ in part.datasets:
+            if not (Path(data_root) / folder).is_dir():
+                raise FileNotFoundError(
+                    f"study {study.name}: no dataset folder {Path(data_root) / folder}"
+                )
+        run_plan(
+            plan,
+            study.train_config(device),
+            results_file=path or study.path,
+            workers=workers,
+            progress=progress,
+            checkpoint_dir=ckpt,
+        )
+
+
+def render(study: Study, path: str | Path | None = None) -> str:
+    """The README's block for a study, from its results file alone: per (dataset, model) the
+    test AUC (mean ± std over runs), runs, mean best epoch and training seconds, the device;
+    then each of the study's pairs per dataset and pooled over datasets (paired by dataset,
+    fold and seed; kt_lib.stats). `python -m kt_lib.studies render NAME` prints it."""
+    runs = load_results(path or study.path)
+    if "error" in runs:
+        runs = runs[runs["error"].isna()]
+    metrics = ["test_auc"] + (["test_qwk"] if "test_qwk" in runs else [])
+    g = runs.groupby(["dataset", "model"], sort=False)
+    rows = []
+    for (dataset, model), part in g:
+        row = {"dataset": dataset, "model": model}
+        for m in metrics:
+            v = part[m].dropna()
+            row[m] = mean_std(v)
+        row.update(
+            runs=len(part),
+            best_epoch=f"{part['best_epoch'].mean():.1f}",
+            train_s=f"{part['train_seconds'].mean():.0f}",
+            device=", ".join(sorted(set(part["device_name"].astype(str)))),
+        )
+        rows.append(row)
+    out = [to_markdown(pd.DataFrame(rows), index=False)]
+    for m in metrics:
+        if study.pairs:
+            per = compare_pairs(runs, list(study.pairs), metric=m, per="dataset")
+            out += [f"Paired, per dataset ({m}):", pairs_markdown(per)]
+            if runs["dataset"].nunique() > 1:
+                pooled = compare_pairs(runs, list(study.pairs), metric=m)
+                out += [f"Paired, pooled over datasets ({m}):", pairs_markdown(pooled)]
+    hours = runs["wall_seconds"].sum() / 3600
+    out.append(f"{len(runs)} runs; their wall times add up to {hours:.2f} h.")
+    return "\n\n".join(x.strip() for x in out) + "\n"
+
+
+def _fmt_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown (no finished run of some model yet)"
+    return f"{seconds / 3600:.1f} h at the finished runs' mean wall time"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list")
+    r = sub.add_parser("render", help="the README block of a study, from its results file")
+    r.add_argument("name", choices=sorted(STUDIES))
+    r.add_argument("--out", default=None, help="results file (default results/<name>.json)")
+    for cmd in ("status", "run"):
+        s = sub.add_parser(cmd)
+        s.add_argument("name", choices=sorted(STUDIES))
+        s.add_argument("--data-root", default=str(DATA_ROOT))
+        s.add_argument("--out", default=None, help="results file (default results/<name>.json)")
+        if cmd == "run":
+            s.add_argument("--device", default="cpu")
+            s.add_argument("--workers", type=int, default=1)
+            s.add_argument("--threads", type=int, default=None, help="torch threads (workers=1)")
+    a = p.parse_args(argv)
+    if a.cmd == "list":
+        for s in STUDIES.values():
+            print(f"{s.name:10s} {len(s.plan())} runs  {s.question}")
+        return
+    study = get(a.name)
+    if a.cmd == "render":
+        print(render(study, a.out), end="")
+        return
+    if a.cmd == "run":
+        if a.threads:
+            import torch
+
+            torch.set_num_threads(a.threads)
+        rows, left, eta = status(study, a.data_root, a.out)
+        print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
+        run(study, a.data_root, a.device, a.workers, a.out, progress=sys.stderr.isatty())
+    rows, left, eta = status(study, a.data_root, a.out)
+    print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
+    for p_ in left:
+        print(f"  left: {p_['dataset']} {p_['model']} fold={p_['fold']} seed={p_['seed']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+"""kt_lib.provenance: the commit a row records, versions and the device."""
+
+from __future__ import annotations
+
+from kt_lib import provenance
+
+
+def test_kt_commit_names_a_copy_without_git_and_unknown_becomes_none(monkeypatch):
+    monkeypatch.setenv("KT_COMMIT", "abc1234")
+    assert provenance.git_commit() == "abc1234" == provenance.run_commit()
+    monkeypatch.setenv("KT_COMMIT", "")
+    monkeypatch.setattr(provenance, "git_commit", lambda: "unknown")
+    assert provenance.run_commit() is None
+
+
+def test_versions_cores_and_device():
+    found = provenance.versions()
+    assert found["python"].count(".") == 2 and set(provenance.PACKAGES) <= set(found)
+    assert provenance.cpu_cores() >= 1
+    assert provenance.device_name("cpu")

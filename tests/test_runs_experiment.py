@@ -1,0 +1,44 @@
+"""kt_lib.runs.experiment: one RunSpec to its result; the keyword wrapper of notebooks gives
+the same numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from kt_lib.data import load_bundle
+from kt_lib.experiment import run_experiment
+from kt_lib.runs import experiment as runs_experiment
+from kt_lib.runs.spec import EvalConfig, RunSpec
+from kt_lib.train import TrainConfig
+
+
+def test_experiment_rows_carry_every_protocol():
+    b = load_bundle(None, "synthetic", num_students=40, seq_len=30, num_c=4)
+    tc = TrainConfig(epochs=1, max_len=12, progress=False)
+    res = run_experiment(
+        "dkt", b.train, b.valid, b.test, "tiny", train_config=tc, histories=("sliding",)
+    )
+    row = res.row()
+    assert row["protocol"] == "per_question/window"
+    assert row["test_auc"] == res.protocols["per_question/window"]["auc"]
+    assert {
+        "test_auc@per_row/window",
+        "test_auc@per_question/sliding",
+        "test_auc@per_row/sliding",
+    } <= set(row)
+    assert row["test_auc@per_row/sliding"] != row["test_auc"]  # logs of 30 > max_len 12
+
+
+def test_a_spec_and_the_keyword_wrapper_give_the_same_run():
+    b = load_bundle(None, "synthetic", num_students=30, seq_len=12, num_c=4)
+    tc = TrainConfig(epochs=1, max_len=12, progress=False)
+    spec = RunSpec("sakt", "tiny", {"d": 8}, seed=3, label="sakt d=8", train=tc)
+    typed = runs_experiment.run_experiment(spec, b)
+    wrapped = run_experiment("sakt", b.train, b.valid, b.test, "tiny", train_config=tc, seed=3,
+                             label="sakt d=8", d=8)  # fmt: skip
+    assert typed.name == wrapped.name == "sakt d=8" and typed.model.config.d == 8
+    assert typed.test == wrapped.test and typed.figures()["valid_auc"] == typed.valid["auc"]
+    skipped = runs_experiment.run_experiment(spec, runs_experiment.Splits(b.train, b.valid, None))
+    assert skipped.test == {} and skipped.protocols == {} and skipped.valid == typed.valid
+    with pytest.raises(ValueError, match="EvalConfig.histories"):
+        EvalConfig(histories=("rolling",))

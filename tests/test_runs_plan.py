@@ -1,0 +1,58 @@
+"""kt_lib.runs.plan: folds or seeds per dataset, run keys, and the one plan of a profile."""
+
+from __future__ import annotations
+
+import ast
+import json
+
+import pytest
+
+from kt_lib.provenance import ROOT
+from kt_lib.runs.plan import PROFILE_DEFAULTS, fold_plan, profile_plan, run_key
+
+
+def test_fold_plan(tmp_path):
+    assert fold_plan("line3", 3, [7, 8]) == [(1, 7), (2, 7), (3, 7)]
+    assert fold_plan("pykt", 2, [0]) == [(0, 0), (1, 0)]
+    assert fold_plan("synthetic", 5, [0, 1]) == [(None, 0), (None, 1)]
+    assert fold_plan("line3", 0, [3]) == [(None, 3)]
+    (tmp_path / "x_train.csv").write_text("")  # a line3 folder without fold files: seeds
+    assert fold_plan("line3", 5, [0, 1], tmp_path) == [(None, 0), (None, 1)]
+    (tmp_path / "x_train1.csv").write_text("")
+    assert fold_plan("line3", 2, [0, 1], tmp_path) == [(1, 0), (2, 0)]
+
+
+def test_profile_defaults_are_notebook_10s():
+    """`reports check` plans from PROFILE_DEFAULTS, notebook 10 from its parameter cell: both
+    must be the same values (the library does not read the notebook; this test does)."""
+    nb = json.loads((ROOT / "notebooks" / "10_compare_models.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    declared = {}
+    for node in ast.parse("".join(cell["source"])).body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
+            declared[target.id] = ast.literal_eval(node.value)
+    assert {k: declared[k] for k in PROFILE_DEFAULTS} == PROFILE_DEFAULTS
+
+
+def test_profile_plan_keys_its_runs_and_refuses_bad_fields():
+    plan = profile_plan({"models": ["dkt", "idkt"], "seeds": [0, 1], "workers": 4})
+    runs = plan.runs()
+    assert [(r.dataset, r.name, r.spec.seed) for r in runs] == [
+        ("synthetic", "dkt", 0), ("synthetic", "idkt", 0),
+        ("synthetic", "dkt", 1), ("synthetic", "idkt", 1),
+    ]  # fmt: skip
+    idkt = runs[1].spec
+    assert idkt.fields == {"bkt_max_iter": 20} and idkt.data.kw["num_students"] == 200
+    assert len({r.key for r in runs}) == 4
+    assert runs[0].key.startswith("synthetic/dkt/fold=None/seed=0/tiny/")
+    with pytest.raises(ValueError, match=r"overrides\['dkt'\]: dkt has no config field"):
+        profile_plan({"overrides": {"dkt": {"no_such_field": 1}}})
+
+
+def test_run_keys_of_plain_models_are_unchanged():
+    """Keys of the committed results files (results/*.json) hash these exact settings."""
+    key = run_key("assist2009", "dkt", 1, 0, "paper", {"train": {"lr": 1e-3}, "model": {}})
+    assert key == "assist2009/dkt/fold=1/seed=0/paper/" + key.rsplit("/", 1)[1]
+    assert key.rsplit("/", 1)[1] == run_key("x", "y", None, 1, "tiny", {
+        "model": {}, "train": {"lr": 1e-3}}).rsplit("/", 1)[1]  # fmt: skip

@@ -1,0 +1,36 @@
+"""kt_lib.runs.results: the store read through globs, merged by run_key."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kt_lib.provenance import ROOT
+from kt_lib.runs.results import add_runs, expand, load_results, merge_files, read_runs
+
+
+def test_the_committed_store_reads_through_a_glob(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    files = expand("results/*.json")
+    assert [f.name for f in files] == sorted(f.name for f in (ROOT / "results").glob("*.json"))
+    table = load_results("results/*.json")
+    assert (
+        load_results("*.json", root=ROOT / "results")["run_key"].tolist()
+        == table["run_key"].tolist()
+    )
+    assert table["run_key"].is_unique and set(table["file"]) == {f.name for f in files}
+    with pytest.raises(ValueError, match="no results file matches"):
+        expand("results/*.nope")
+
+
+def test_merge_by_run_key(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    add_runs(a, [{"run_key": "k1", "test_auc": 0.5}, {"run_key": "k2", "test_auc": 0.6}])
+    add_runs(b, [{"run_key": "k2", "test_auc": 0.7}])
+    assert merge_files([a, b], a) == 2
+    assert {r["run_key"]: r["test_auc"] for r in read_runs(a)} == {"k1": 0.5, "k2": 0.7}
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"args": {}, "protocol": "", "results": [{"model": "dkt"}]}))
+    with pytest.raises(ValueError, match="rows with a run_key"):
+        merge_files([plain], a)

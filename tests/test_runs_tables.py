@@ -1,0 +1,37 @@
+"""kt_lib.runs.tables: the one mean ± std policy, markdown and the throughput table."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from kt_lib.runs.tables import format_mean_std, mean_std, throughput, to_markdown
+
+
+def test_one_mean_std_policy():
+    assert mean_std([0.7, 0.8]) == "0.7500 ± 0.0707"
+    assert mean_std([0.6, math.nan]) == "0.6000"  # one run (a failed one left out): no ± 0
+    assert mean_std([]) == "-" and format_mean_std(math.nan, math.nan, 0) == "-"
+    assert format_mean_std(0.5, 0.01, 3, digits=2) == "0.50 ± 0.01"
+
+
+def test_markdown_escapes_pipes():
+    import pandas as pd
+
+    md = to_markdown(pd.DataFrame({"a": ["x|y"], "b": [None]}), index=False)
+    assert md.splitlines() == ["| a | b |", "|---|---|", "| x\\|y |  |"]
+
+
+def test_throughput(tmp_path):
+    assert throughput(tmp_path / "missing.json").empty
+    bench = tmp_path / "models.json"
+    bench.write_text(
+        json.dumps(
+            [
+                {"model": "dkt", "params": 5, "inference_interactions_per_s": 9},
+                {"model": "x", "error": "boom"},
+            ]
+        )
+    )
+    speed = throughput(bench)
+    assert list(speed.index) == ["dkt"] and speed.loc["dkt", "inference_interactions_per_s"] == 9
