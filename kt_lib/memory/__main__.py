@@ -65,7 +65,7 @@ def build(args: argparse.Namespace) -> Path:
     from ..data import load_bundle
     from ..heads.simakt_config import load_simakt_config
     from ..models import build_model
-    from ..models.simakt import bank_file, dataset_name
+    from .bank_files import bank_file, dataset_name
 
     fmt = "synthetic" if args.data_dir is None and args.data_format == "auto" else args.data_format
     kw = {}
