@@ -1,0 +1,303 @@
+"""Parsing of SimAKT similarity mappings (seed 000's Step 1 and Step 2 forms) into the schema.
+
+Step 2: `intra_heads` + `inter_heads`, a list of {type, influence_weight, temporal_config,
+type-specific fields}; Step 1: `approach` + `cluster_config` / `knn_config` / `temporal_config`,
+`large_dataset` / `small_dataset` (Example 4). Errors name the source and the field.
+"""
+
+from __future__ import annotations
+
+from ..config import from_dict
+from .simakt_schema import (
+    HeadConfig,
+    InfluenceRule,
+    MemoryConfig,
+    SimilarityConfig,
+    TemporalConfig,
+    content_temporal,
+)
+from .similarity_base import SEED_MODULE_PATHS, HybridParams, head_class_of, valid_types
+
+DUAL = ("cluster", "knn")
+STEP1_APPROACHES = {  # approach -> head types it builds (dual: fixed; others: inter_heads of one)
+    "none": (),
+    "position_weighted_dual": DUAL,
+    "dual_similarity": DUAL,
+    "cluster": ("cluster",),
+    "knn": ("knn",),
+    "hybrid": ("hybrid",),
+}
+STEP1_MAX_INTER = 3  # the seed's Step 1: inter_heads 0-3
+STEP1_KEYS = {
+    "approach",
+    "description",
+    "inter_heads",
+    "intra_heads",
+    "total_heads",
+    "head_allocation",
+    "cluster_config",
+    "knn_config",
+    "temporal_config",
+    "memory",
+    "large_dataset",
+    "small_dataset",
+    "large_dataset_min_students",
+    "lr_scaling",
+}
+STEP2_KEYS = {
+    "approach",
+    "description",
+    "intra_heads",
+    "inter_heads",
+    "total_heads",
+    "memory",
+    "influence_rule",
+    "lr_scaling",
+}
+ALIASES = {"initial_temperature": "temperature"}  # seed 000 spells some fields two ways
+
+
+# -- parsing -----------------------------------------------------------------------------------
+
+
+def _prefix(where: str) -> str:
+    return f"{where}: " if where and not where.endswith(": ") else where
+
+
+def _number(raw: dict, key: str, where: str, section: str = "") -> None:
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where}{section}{key} must be a number, got {value!r}")
+
+
+def parse_temporal(raw, where: str = "") -> TemporalConfig:
+    """A TemporalConfig from a `temporal_config` mapping (None or empty: content)."""
+    where = _prefix(where)
+    if not raw:
+        return content_temporal()
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}temporal_config must be a mapping, got {raw!r}")
+    for key in ("decay_factor", "future_weight"):
+        if key in raw:
+            _number(raw, key, where, "temporal_config.")
+    return from_dict(TemporalConfig, dict(raw), source=f"{where}temporal_config")
+
+
+def parse_head(raw, where: str = "") -> HeadConfig:
+    """A HeadConfig from one `inter_heads` entry (or a Step 1 cluster/knn config)."""
+    where = _prefix(where)
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}an inter head must be a mapping, got {raw!r}")
+    raw = dict(raw)
+    if "type" not in raw:
+        raise ValueError(
+            f"{where}an inter head needs a 'type'; valid types: {', '.join(valid_types())}"
+        )
+    type_ = str(raw.pop("type"))
+    path = raw.pop("module_path", None)
+    path = SEED_MODULE_PATHS.get(path, path) if isinstance(path, str) else path
+    cls = head_class_of(type_, path, where)
+    head = HeadConfig(type=type_, module_path=path)
+    if "influence_weight" in raw:
+        _number(raw, "influence_weight", where)
+        head.influence_weight = float(raw.pop("influence_weight"))
+    if head.influence_weight < 0:
+        raise ValueError(
+            f"{where}influence_weight must be >= 0 (0 disables the head), got "
+            f"{head.influence_weight}"
+        )
+    temporal_raw = raw.pop("temporal_config", None)
+    head.temporal = parse_temporal(temporal_raw, where)
+    supported = cls.supported_strategies()
+    if head.temporal.strategy not in supported:
+        raise ValueError(
+            f"{where}head type {type_!r} does not support the {head.temporal.strategy} "
+            f"strategy (it supports {', '.join(supported)})"
+        )
+    cls.check_temporal(head.temporal, where)
+    if type_ == "custom":
+        params = raw.pop("params", None) or {}
+        if raw:
+            raise ValueError(
+                f"{where}unknown field(s) {sorted(raw)} for a custom head; its own "
+                "settings go under 'params'"
+            )
+        raw = dict(params)
+    for alias, target in ALIASES.items():
+        if alias in raw:
+            if target in raw:
+                raise ValueError(f"{where}give {target!r} or {alias!r}, not both")
+            raw[target] = raw.pop(alias)
+    head.params = cls.parse_params(raw, where.rstrip(": "), temporal_raw)
+    return head
+
+
+def _name_heads(heads: list[HeadConfig], prefix: str = "") -> None:
+    seen: dict[str, int] = {}
+    for h in heads:
+        seen[h.type] = seen.get(h.type, 0) + 1
+        h.name = prefix + (h.type if seen[h.type] == 1 else f"{h.type}_{seen[h.type]}")
+        if isinstance(h.params, HybridParams):
+            _name_heads(h.params.modules, f"{h.name}.")
+
+
+def _check_keys(data: dict, allowed: set[str], where: str, kind: str) -> None:
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise ValueError(
+            f"{where}unknown field(s) {unknown} in a {kind} similarity config; "
+            f"valid: {sorted(allowed)}"
+        )
+
+
+def _check_total(data: dict, intra: int | None, n_inter: int, where: str) -> None:
+    total = data.get("total_heads")
+    if total is not None and intra is not None and intra + n_inter != total:
+        raise ValueError(
+            f"{where}head-count mismatch: {intra} intra + {n_inter} inter heads != "
+            f"total_heads={total}"
+        )
+
+
+def _intra(data: dict, where: str) -> int | None:
+    intra = data.get("intra_heads")
+    if intra is not None and (not isinstance(intra, int) or isinstance(intra, bool)):
+        raise ValueError(f"{where}intra_heads must be an integer, got {intra!r}")
+    return intra
+
+
+def _memory(raw, where: str, update_frequency: int | None = None) -> MemoryConfig:
+    raw = dict(raw or {})
+    if update_frequency is not None:
+        raw.setdefault("update_frequency", update_frequency)
+    return from_dict(MemoryConfig, raw, source=f"{where}memory")
+
+
+def _step1_rule(data: dict, where: str) -> InfluenceRule | None:
+    """Example 4's large_dataset / small_dataset sections as an InfluenceRule (by head type)."""
+    if "large_dataset" not in data and "small_dataset" not in data:
+        return None
+    tables = {}
+    for size in ("large", "small"):
+        section = data.get(f"{size}_dataset") or {}
+        at = f"{where}{size}_dataset"
+        if not isinstance(section, dict):
+            raise ValueError(f"{at} must be a mapping, got {section!r}")
+        table = {}
+        for key, value in section.items():
+            if key not in ("cluster_config", "knn_config") or not isinstance(value, dict):
+                raise ValueError(
+                    f"{at}: expected cluster_config / knn_config mappings, got {key!r}"
+                )
+            if set(value) - {"influence_weight"}:
+                raise ValueError(f"{at}.{key} may set influence_weight only, got {sorted(value)}")
+            if "influence_weight" in value:
+                table[key.removesuffix("_config")] = value["influence_weight"]
+        tables[size] = table
+    rule = {**tables}
+    if "large_dataset_min_students" in data:
+        rule["min_large_students"] = data["large_dataset_min_students"]
+    return from_dict(InfluenceRule, rule, source=f"{where}large_dataset/small_dataset")
+
+
+def _step1_inter(data: dict, approach: str, where: str) -> int:
+    default = len(STEP1_APPROACHES[approach])  # none: 0, dual: 2, one type: 1 head
+    n = data.get("inter_heads", default)
+    if not isinstance(n, int) or isinstance(n, bool):
+        raise ValueError(f"{where}Step 1 inter_heads must be an integer 0-3, got {n!r}")
+    if approach == "none" and n != 0:
+        raise ValueError(f"{where}approach none builds no inter head: inter_heads must be 0")
+    if STEP1_APPROACHES[approach] == DUAL and n != 2:
+        raise ValueError(
+            f"{where}Step 1 is the fixed dual layout (1 cluster + 1 KNN head): "
+            f"inter_heads must be 2, got {n}"
+        )
+    if not 0 <= n <= STEP1_MAX_INTER:
+        raise ValueError(f"{where}Step 1 inter_heads must be in 0-{STEP1_MAX_INTER}, got {n}")
+    return n
+
+
+def parse_step1(data: dict, where: str, source: str) -> SimilarityConfig:
+    _check_keys(data, STEP1_KEYS, where, "Step 1")
+    sections = {"cluster_config", "knn_config", "large_dataset", "small_dataset"}
+    approach = data.get("approach", "position_weighted_dual" if sections & set(data) else "none")
+    if approach not in STEP1_APPROACHES:
+        raise ValueError(
+            f"{where}unknown approach {approach!r}; Step 1 approaches: "
+            f"{', '.join(STEP1_APPROACHES)} (or a Step 2 config with an inter_heads list)"
+        )
+    n = _step1_inter(data, approach, where)
+    if approach == "none" and ({"large_dataset", "small_dataset"} & set(data)):
+        raise ValueError(f"{where}approach none has no head for large_dataset/small_dataset")
+    types = DUAL if approach == "hybrid" else STEP1_APPROACHES[approach]
+    uses = {f"{t}_config" for t in types}
+    unused = sorted(k for k in ("cluster_config", "knn_config") if k in data and k not in uses)
+    if unused:
+        raise ValueError(
+            f"{where}approach {approach!r} does not use {unused}: remove them or pick an "
+            f"approach that does ({', '.join(a for a in STEP1_APPROACHES if a != 'none')})"
+        )
+    sec = {k: dict(data.get(k) or {}) for k in ("cluster_config", "knn_config")}
+    freq = [s.pop("update_frequency") for s in sec.values() if "update_frequency" in s]
+    temporal = data.get("temporal_config")
+    raws: list[tuple[dict, str]] = []
+    if n:
+        if STEP1_APPROACHES[approach] == DUAL:
+            raws = [({"type": t, **sec[f"{t}_config"]}, f"{t}_config") for t in DUAL]
+        elif approach == "hybrid":
+            modules = [{"type": t, **sec[f"{t}_config"]} for t in DUAL]
+            raws = [({"type": "hybrid", "modules": modules}, "hybrid")] * n
+        else:
+            raws = [({"type": approach, **sec[f"{approach}_config"]}, f"{approach}_config")] * n
+    if temporal:
+        raws = [({**raw, "temporal_config": temporal}, at) for raw, at in raws]
+    heads = [parse_head(raw, f"{where}{at}") for raw, at in raws]
+    _name_heads(heads)
+    intra = _intra(data, where)
+    _check_total(data, intra, len(heads), where)
+    return SimilarityConfig(
+        approach,
+        heads,
+        intra,
+        _memory(data.get("memory"), where, min(freq) if freq else None),
+        _step1_rule(data, where),
+        str(data.get("lr_scaling", "none")),
+        str(data.get("description", "")),
+        source,
+    )
+
+
+def parse_step2(data: dict, where: str, source: str) -> SimilarityConfig:
+    _check_keys(data, STEP2_KEYS, where, "Step 2")
+    heads = [parse_head(h, f"{where}inter_heads[{i}]") for i, h in enumerate(data["inter_heads"])]
+    _name_heads(heads)
+    intra = _intra(data, where)
+    _check_total(data, intra, len(heads), where)
+    rule = data.get("influence_rule")
+    if rule is not None:
+        if not isinstance(rule, dict):
+            raise ValueError(f"{where}influence_rule must be a mapping, got {rule!r}")
+        rule = from_dict(InfluenceRule, rule, source=f"{where}influence_rule")
+    return SimilarityConfig(
+        str(data.get("approach", "modular")),
+        heads,
+        intra,
+        _memory(data.get("memory"), where),
+        rule,
+        str(data.get("lr_scaling", "none")),
+        str(data.get("description", "")),
+        source,
+    )
+
+
+def check_influence_rule(sim: SimilarityConfig, where: str) -> None:
+    if sim.influence_rule is None:
+        return
+    names = {h.name for h in sim.heads} | {h.type for h in sim.heads}
+    for size in ("large", "small"):
+        for key in getattr(sim.influence_rule, size):
+            if key not in names:
+                raise ValueError(
+                    f"{where}influence rule ({size}): {key!r} names no head; heads: "
+                    f"{', '.join(h.name for h in sim.heads)}"
+                )
