@@ -1,8 +1,10 @@
 """Plug-in ordinal attention mechanisms (seed 002) behind a registry, made causal.
 
 # B batch, L steps, D embed dim, H heads, K response categories, W conv window
-Contract of every mechanism: `forward(context) -> [B, L, D]`, the shape of `context.embeddings`,
-where the output at step t reads `embeddings` at steps <= t and `responses` at steps < t only.
+Contract of every mechanism: `forward(context) -> [B, L, D]`, the shape of `context.embeddings`
+(a subclass implements `attend(context, need_weights)`, which also returns its attention maps, or
+only `forward(context)`, as seed 002's extension guide writes it), where the output at step t
+reads `embeddings` at steps <= t and `responses` at steps < t only.
 `embeddings[:, t]` must therefore carry what is known at t before the response (question,
 position), never r_t. Each mechanism builds its keys/values from the interactions
 `embeddings[:, s] + response_embedding(r_s)` and lets step t read them for s < t only (strict-past
@@ -25,7 +27,6 @@ output of a mechanism evaluated again on bitwise-equal inputs and parameters (ev
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,7 +80,8 @@ class AttentionContext:
     embeddings: torch.Tensor  # [B, L, D] per-step state known before the response: q, position
     responses: torch.Tensor  # [B, L] long in [0, K); r_t is read by steps > t only
     mask: torch.Tensor | None = None  # [B, L] bool, True = real step (None: all real)
-    metadata: dict[str, Any] = field(default_factory=dict)  # extra context (e.g. questions)
+    # seed 002's context metadata; models fill questions [B, L], batch_size and seq_len
+    metadata: dict[str, Any] = field(default_factory=dict)
 
     def check(self, n_cats: int) -> None:
         """Shape, dtype and range errors that name the offending tensor."""
@@ -150,10 +152,16 @@ class BiasedAttention(MultiHeadAttention):
         return self.out_proj(self.merge(out)), weights if need_weights else None
 
 
-class AttentionMechanism(nn.Module, ABC):
-    """Base class: keys/values from past interactions, residual + LayerNorm on the output."""
+class AttentionMechanism(nn.Module):
+    """Base class: keys/values from past interactions, residual + LayerNorm on the output.
+
+    A subclass overrides `attend(context, need_weights)` (output and attention maps) or, as in
+    seed 002's extension guide, `forward(context)` (output only); one that overrides neither
+    cannot be built.
+    """
 
     registry_name = ""
+    _overrides_forward = False
 
     def __init__(self, config: AttentionConfig):
         super().__init__()
@@ -162,6 +170,11 @@ class AttentionMechanism(nn.Module, ABC):
         self.response_embedding = OrdinalEmbedding(config.n_cats, config.embed_dim)
         self.drop = Dropout(config.dropout)
         self.norm = nn.LayerNorm(config.embed_dim)
+        if type(self).attend is AttentionMechanism.attend and not self._overrides_forward:
+            raise TypeError(
+                f"Can't instantiate {type(self).__name__}: override attend(context, "
+                "need_weights) or forward(context)"
+            )
 
     def history(self, context: AttentionContext) -> torch.Tensor:
         """[B, L, D] interaction at each step (carries r_s: read at steps > s only)."""
@@ -170,11 +183,24 @@ class AttentionMechanism(nn.Module, ABC):
     def residual(self, context: AttentionContext, h: torch.Tensor) -> torch.Tensor:
         return self.norm(context.embeddings + self.drop(h))
 
-    @abstractmethod
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        cls._overrides_forward = cls.forward is not AttentionMechanism.forward
+
     def attend(
         self, context: AttentionContext, need_weights: bool = False
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """(output [B, L, D], maps name -> [B, H, L, L] when need_weights else {})."""
+        """(output [B, L, D], maps name -> [B, H, L, L] when need_weights else {}).
+
+        The workbook's mechanisms override `attend`. A mechanism written as seed 002's extension
+        guide says, overriding `forward(context)` only, is accepted: its output, no maps.
+        """
+        if not self._overrides_forward:
+            raise TypeError(
+                f"{type(self).__name__} must override attend(context, need_weights) (or, as in "
+                "seed 002's extension guide, forward(context))"
+            )
+        return self.forward(context), {}
 
     def forward(self, context: AttentionContext) -> torch.Tensor:
         context.check(self.config.n_cats)
@@ -372,9 +398,11 @@ class HierarchicalOrdinalAttention(AttentionMechanism):
 # --- composition ---------------------------------------------------------------------------
 
 
-def _mechanism_output(mechanism: AttentionMechanism, embeddings, responses, mask) -> torch.Tensor:
+def _mechanism_output(
+    mechanism: AttentionMechanism, embeddings, responses, mask, metadata
+) -> torch.Tensor:
     """A mechanism's output alone (what gradient checkpointing recomputes in the backward pass)."""
-    return mechanism.attend(AttentionContext(embeddings, responses, mask))[0]
+    return mechanism.attend(AttentionContext(embeddings, responses, mask, metadata))[0]
 
 
 class MechanismCache:
@@ -411,12 +439,14 @@ class MechanismCache:
             autocast,
             attention_backend(e),
             torch.get_float32_matmul_precision(),
+            tuple((k, v) for k, v in sorted(context.metadata.items()) if not torch.is_tensor(v)),
         )
 
     @staticmethod
     def _snapshot(mechanism: AttentionMechanism, context: AttentionContext) -> list[torch.Tensor]:
         tensors = [context.embeddings, context.responses]
         tensors += [] if context.mask is None else [context.mask]
+        tensors += [v for _, v in sorted(context.metadata.items()) if torch.is_tensor(v)]
         return [t.detach() for t in tensors] + [p.detach() for p in mechanism.parameters()]
 
     def fetch(self, mechanism: AttentionMechanism, context: AttentionContext, need_weights: bool):
@@ -525,7 +555,13 @@ class AttentionPipeline(nn.Module):
         if self.gradient_checkpointing and self.training and grad and not need_weights:
             c = context
             out = checkpoint(
-                _mechanism_output, mechanism, c.embeddings, c.responses, c.mask, use_reentrant=False
+                _mechanism_output,
+                mechanism,
+                c.embeddings,
+                c.responses,
+                c.mask,
+                c.metadata,
+                use_reentrant=False,
             )
             return out, {}
         return mechanism.attend(context, need_weights)

@@ -170,7 +170,7 @@ class CausalRefinement(nn.Module):
         self.read = TransformerLayer(c.d, c.n_heads, d_ff, c.dropout)
         self.gradient_checkpointing = c.gradient_checkpointing
 
-    def forward(self, e, r, mask, need_weights=False):
+    def forward(self, e, r, mask, need_weights=False, q=None):
         """e [B, L, D] question stream, r [B, L], mask [B, L] -> read [B, L, D], maps."""
         L = e.shape[1]
         keys = mask.view(mask.shape[0], 1, 1, L)  # [B, 1, 1, L] valid keys
@@ -202,10 +202,13 @@ class PipelineEncoder(nn.Module):
             for _ in range(c.n_layers)
         )
 
-    def forward(self, e, r, mask, need_weights=False):
+    def forward(self, e, r, mask, need_weights=False, q=None):
+        """As CausalRefinement; `q` [B, L] (concept ids) goes into each context's metadata."""
+        B, L = r.shape
+        meta = {"questions": q, "batch_size": B, "seq_len": L} if q is not None else {}
         h, maps = e, {}
         for i, pipeline in enumerate(self.pipelines):
-            h, w = pipeline.run(AttentionContext(h, r, mask, {}), need_weights)
+            h, w = pipeline.run(AttentionContext(h, r, mask, dict(meta)), need_weights)
             prefix = f"block{i}/" if len(self.pipelines) > 1 else ""
             maps.update({prefix + k: v for k, v in w.items()})
         return h, maps
@@ -355,7 +358,7 @@ class AttentionGPCM(KTModel):
             self._last_inputs = batch
         pos = torch.arange(L, device=batch.q.device)
         e = self.drop(self.q_embedding(batch.q) + self.pos_embedding(pos))  # [B, L, D]
-        read, maps = self.encoder(e, batch.r, batch.mask, return_attention)
+        read, maps = self.encoder(e, batch.r, batch.mask, return_attention, q=batch.q)
         parts = [read, e]
         if self.memory is not None:
             h, _ = self.memory(e + self.memory_response(batch.r))  # h_s has read r_s
