@@ -42,6 +42,7 @@ from kt_lib.memory.similarity import (
 )
 from kt_lib.models import build_model
 from kt_lib.models.simakt import bank_rebuilder, list_simakt_presets, load_simakt_config
+from kt_lib.seed_warnings import SeedSettingWarning
 from kt_lib.train import fit
 
 NUM_C, NUM_PID, L = 8, 24, 16
@@ -824,9 +825,10 @@ def test_seed_layouts_and_collections():
         ("custom", "content", 0.0),
     ]
     assert step2.heads[3].module_path == "kt_lib.heads.similarity.DeepSetSimilarity"
-    dual_cfg = load_simakt_config(seed / "dual_similarity_config.json")
+    with pytest.warns(SeedSettingWarning, match="update_frequency=10 has no effect"):
+        dual_cfg = load_simakt_config(seed / "dual_similarity_config.json")
     assert dual_cfg.heads[1].params.temperature == 0.1  # initial_temperature
-    assert dual_cfg.memory.update_frequency == 10
+    assert dual_cfg.memory.update_frequency == 0  # heuristic encoder: the seed's 10 is ignored
     strict = load_simakt_config(f"{seed / 'similarity_approaches.json'}:strict_causal")
     assert strict.heads[0].temporal.future_weight == 0.0
     assert strict.source.endswith("similarity_approaches.strict_causal")

@@ -7,7 +7,11 @@ type-specific fields}; Step 1: `approach` + `cluster_config` / `knn_config` / `t
 
 from __future__ import annotations
 
+import re
+import warnings
+
 from ..config import from_dict
+from ..seed_warnings import SeedSettingWarning
 from .simakt_schema import (
     HeadConfig,
     InfluenceRule,
@@ -83,8 +87,9 @@ def parse_temporal(raw, where: str = "") -> TemporalConfig:
     return from_dict(TemporalConfig, dict(raw), source=f"{where}temporal_config")
 
 
-def parse_head(raw, where: str = "") -> HeadConfig:
-    """A HeadConfig from one `inter_heads` entry (or a Step 1 cluster/knn config)."""
+def parse_head(raw, where: str = "", seed_example: bool = False) -> HeadConfig:
+    """A HeadConfig from one `inter_heads` entry (or, `seed_example`, a Step 1 cluster/knn
+    config: seed 000's own sections)."""
     where = _prefix(where)
     if not isinstance(raw, dict):
         raise ValueError(f"{where}an inter head must be a mapping, got {raw!r}")
@@ -115,6 +120,7 @@ def parse_head(raw, where: str = "") -> HeadConfig:
             f"strategy (it supports {', '.join(supported)})"
         )
     cls.check_temporal(head.temporal, where)
+    cls.check_content_params(raw, head.temporal.strategy, where, seed_example)
     if type_ == "custom":
         params = raw.pop("params", None) or {}
         if raw:
@@ -239,6 +245,17 @@ def parse_step1(data: dict, where: str, source: str) -> SimilarityConfig:
         )
     sec = {k: dict(data.get(k) or {}) for k in ("cluster_config", "knn_config")}
     freq = [s.pop("update_frequency") for s in sec.values() if "update_frequency" in s]
+    encoder = (data.get("memory") or {}).get("encoder", MemoryConfig.encoder)
+    if freq and encoder != "block2":
+        warnings.warn(
+            f"{where}update_frequency={min(freq)} has no effect with the {encoder} encoder: its "
+            "banks do not depend on the model's weights, so rebuilding them gives the same banks "
+            "(seed 000's example sets it; ignored). Use memory: {encoder: block2} to rebuild the "
+            "banks during training",
+            SeedSettingWarning,
+            stacklevel=4,
+        )
+        freq = []
     temporal = data.get("temporal_config")
     raws: list[tuple[dict, str]] = []
     if n:
@@ -251,10 +268,12 @@ def parse_step1(data: dict, where: str, source: str) -> SimilarityConfig:
             raws = [({"type": approach, **sec[f"{approach}_config"]}, f"{approach}_config")] * n
     if temporal:
         raws = [({**raw, "temporal_config": temporal}, at) for raw, at in raws]
-    heads = [parse_head(raw, f"{where}{at}") for raw, at in raws]
+    heads = [parse_head(raw, f"{where}{at}", seed_example=True) for raw, at in raws]
     _name_heads(heads)
     intra = _intra(data, where)
     _check_total(data, intra, len(heads), where)
+    if "head_allocation" in data:
+        heads, intra = allocate_heads(data["head_allocation"], heads, intra, where)
     return SimilarityConfig(
         approach,
         heads,
@@ -301,3 +320,76 @@ def check_influence_rule(sim: SimilarityConfig, where: str) -> None:
                     f"{where}influence rule ({size}): {key!r} names no head; heads: "
                     f"{', '.join(h.name for h in sim.heads)}"
                 )
+
+
+# -- head_allocation (seed 000, Step 1) ----------------------------------------------------------
+
+INTRA_LABELS = ("intra_student", "intra")
+_SLOT = re.compile(r"head_(\d+)(?:_to_(\d+))?")
+
+
+def _slots(allocation: dict, where: str) -> dict[int, str]:
+    """1-based head index -> label, from keys `head_<i>` and `head_<a>_to_<b>`."""
+    out: dict[int, str] = {}
+    for key, label in allocation.items():
+        m = _SLOT.fullmatch(str(key))
+        if m is None or not isinstance(label, str):
+            raise ValueError(
+                f"{where}head_allocation: expected 'head_<i>' or 'head_<a>_to_<b>' -> a label, "
+                f"got {key!r}: {label!r}"
+            )
+        a, b = int(m[1]), int(m[2] or m[1])
+        if not 1 <= a <= b:
+            raise ValueError(f"{where}head_allocation: {key!r} is not a range of heads 1, 2, ...")
+        for i in range(a, b + 1):
+            if i in out:
+                raise ValueError(f"{where}head_allocation: head {i} is allocated twice")
+            out[i] = label
+    if sorted(out) != list(range(1, len(out) + 1)):
+        raise ValueError(
+            f"{where}head_allocation must cover heads 1..n without gaps, got {sorted(out)}"
+        )
+    return out
+
+
+def allocate_heads(
+    allocation, heads: list[HeadConfig], intra: int | None, where: str
+) -> tuple[list[HeadConfig], int]:
+    """Seed 000's `head_allocation` decides which head index is which: Block 3 runs its intra
+    heads first (heads 1..n_intra; anything else is refused), then the inter heads in the order
+    the allocation gives them (e.g. head_7: knn_similarity, head_8: cluster_similarity puts the
+    KNN head in the 7th slice of W_Q / W_O). Labels: intra_student, or a head type with or
+    without `_similarity`. Returns the heads in that order and the intra head count."""
+    if not isinstance(allocation, dict) or not allocation:
+        raise ValueError(f"{where}head_allocation must be a non-empty mapping, got {allocation!r}")
+    slots = _slots(allocation, where)
+    labels = [slots[i] for i in sorted(slots)]
+    n_intra = sum(label in INTRA_LABELS for label in labels)
+    if labels[:n_intra] != [label for label in labels if label in INTRA_LABELS]:
+        raise ValueError(
+            f"{where}head_allocation puts inter-student heads before intra-student ones; Block 3 "
+            "runs its intra heads first (heads 1..n_intra), then the inter heads"
+        )
+    if intra is not None and intra != n_intra:
+        raise ValueError(
+            f"{where}head_allocation has {n_intra} intra heads, intra_heads says {intra}"
+        )
+    left = list(heads)
+    ordered = []
+    for label in labels[n_intra:]:
+        type_ = label.removesuffix("_similarity")
+        match = next((h for h in left if h.type == type_), None)
+        if match is None:
+            have = ", ".join(f"{h.type}_similarity" for h in heads) or "none"
+            raise ValueError(
+                f"{where}head_allocation names {label!r}, which is not one of this layout's "
+                f"inter heads ({have}; intra heads: {INTRA_LABELS[0]})"
+            )
+        left.remove(match)
+        ordered.append(match)
+    if left:
+        raise ValueError(
+            f"{where}head_allocation leaves out the inter head(s) "
+            f"{', '.join(h.type for h in left)}: allocate every head"
+        )
+    return ordered, n_intra

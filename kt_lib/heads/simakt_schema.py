@@ -117,7 +117,7 @@ class MemoryConfig:
     """How the memory banks of training students are built (one bank per cross-fitting fold)."""
 
     encoder: str = "heuristic"  # trajectory encoder: heuristic (seed) | block2 (model's Block 2)
-    update_frequency: int = 0  # rebuild banks every n epochs (block2 encoder; 0: once, in prepare)
+    update_frequency: int = 0  # rebuild banks every n epochs (block2 encoder only; 0: once)
     folds: int = 2  # cross-fitting folds (>= 2): training students read the bank without theirs
     seed: int = 0  # seeds folds, KMeans, bank sampling and the heuristic encoder
     kmeans_n_init: int = KMEANS_N_INIT  # KMeans restarts (the seed's n_init=10)
@@ -133,6 +133,13 @@ class MemoryConfig:
         require(
             self.update_frequency >= 0,
             f"update_frequency must be >= 0, got {self.update_frequency}",
+        )
+        require(
+            self.update_frequency == 0 or self.encoder == "block2",
+            f"update_frequency={self.update_frequency} has no effect with the {self.encoder} "
+            "encoder (its banks do not depend on the model's weights, so a rebuild gives the same "
+            "banks): set encoder: block2 to rebuild the banks during training, or drop "
+            "update_frequency",
         )
         require(self.folds >= 2, f"folds must be >= 2 (cross-fitting), got {self.folds}")
         require(self.kmeans_n_init >= 1, f"kmeans_n_init must be >= 1, got {self.kmeans_n_init}")
@@ -254,13 +261,17 @@ class SimilarityConfig:
             for h in head.walk():
                 at = f"{where}{h.name}"
                 own = {k: v for k, v in changes.items() if k in _field_names(type(h.params))}
+                cls = _head_class(h)
+                if own and cls is not None:
+                    current = _shallow(h.params)
+                    new = {k: v for k, v in own.items() if v != current.get(k)}
+                    cls.check_content_params(new, h.temporal.strategy, f"{at}: ")
                 if own and not isinstance(h.params, HybridParams):
                     merged = {**_shallow(h.params), **own}
                     h.params = from_dict(type(h.params), merged, at)
                 if temporal and h.temporal.strategy != CONTENT:
                     merged = {**asdict(h.temporal), **temporal}
                     h.temporal = from_dict(TemporalConfig, merged, f"{at}: temporal_config")
-                    cls = _head_class(h)
                     if cls is not None:
                         cls.check_temporal(h.temporal, f"{at}: ")
         return out

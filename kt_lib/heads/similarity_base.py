@@ -14,6 +14,7 @@ Content metrics (`METRICS`: cosine, dot, euclidean, learned) score a query again
 from __future__ import annotations
 
 import importlib
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -25,6 +26,7 @@ from ..config import from_dict, require
 from ..memory.banks import Bank, KNNBank, StateSource
 from ..memory.similarity import TEMPORAL_STRATEGIES, build_strategy
 from ..registry import Registry
+from ..seed_warnings import SeedSettingWarning
 
 if TYPE_CHECKING:  # annotations only
     from .simakt_schema import HeadConfig
@@ -141,6 +143,8 @@ class BaseSimilarityHead(nn.Module):
     needs_states: ClassVar[bool] = False  # reads ctx.states whatever its strategy
     reads_trajectories: ClassVar[bool] = False  # scores slots by a temporal strategy
     temporal_strategies: ClassVar[tuple[str, ...]] = (CONTENT,)
+    # parameters read under the content strategy only -> the value seed 000's example gives
+    content_params: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, d_model: int, d_head: int, spec: HeadConfig, num_c: int):
         super().__init__()
@@ -164,6 +168,36 @@ class BaseSimilarityHead(nn.Module):
     @classmethod
     def check_temporal(cls, temporal, where: str) -> None:
         """Raise ValueError for temporal settings this head type cannot honour."""
+
+    @classmethod
+    def check_content_params(
+        cls, given: dict, strategy: str, where: str, seed_example: bool = False
+    ) -> None:
+        """A `content_params` setting (a metric) acts under the content strategy only. Under a
+        temporal strategy the value seed 000's example gives (the default) warns once
+        (SeedSettingWarning) in the seed's own sections (`seed_example`) and passes elsewhere
+        (it is what `to_mapping` writes); any other value is refused."""
+        if strategy == CONTENT:
+            return
+        for key, seed_value in cls.content_params.items():
+            if key not in given:
+                continue
+            msg = (
+                f"{where}{key}={given[key]!r} has no effect under the {strategy} temporal "
+                "strategy: the head scores its slots by comparing trajectories, not by a metric"
+            )
+            if given[key] == seed_value:
+                if seed_example:
+                    warnings.warn(
+                        f"{msg} (seed 000's example sets it; ignored)",
+                        SeedSettingWarning,
+                        stacklevel=4,
+                    )
+                continue
+            raise ValueError(
+                f"{msg}; remove {key}, or set temporal_config: {{strategy: content}} to score "
+                f"slots by {key}"
+            )
 
     # -- state ----------------------------------------------------------------------------------
     @property

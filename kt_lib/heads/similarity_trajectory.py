@@ -16,6 +16,7 @@ from torch import nn
 
 from ..config import require
 from ..memory.banks import DEFAULT_SAMPLER, SAMPLERS, ClusterBank, KNNBank
+from ..seed_warnings import warn_outside
 from .simakt_schema import HeadConfig
 from .similarity_base import (
     CONTENT,
@@ -26,6 +27,11 @@ from .similarity_base import (
     HeadContext,
     masked_softmax,
 )
+
+# seed 000's ranges: memory_size 50-500 (stated); n_clusters 50-200 (its example configs).
+# Values outside are allowed (small datasets, tests) and warn once (SeedRangeWarning).
+SEED_MEMORY_SIZE = (50, 500)
+SEED_N_CLUSTERS = (50, 200)
 
 
 @dataclass
@@ -38,6 +44,12 @@ class ClusterParams:
 
     def validate(self) -> None:
         require(self.n_clusters >= 1, f"n_clusters must be >= 1, got {self.n_clusters}")
+        warn_outside(
+            "n_clusters",
+            self.n_clusters,
+            *SEED_N_CLUSTERS,
+            "the range of seed 000's example configs",
+        )
         require(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
         require(
             self.similarity_metric in METRICS,
@@ -53,6 +65,7 @@ class ClusterHead(BaseSimilarityHead):
     params_cls = ClusterParams
     bank_cls = ClusterBank
     reads_trajectories = True
+    content_params = {"similarity_metric": "cosine"}
 
     def __init__(self, d_model: int, d_head: int, spec: HeadConfig, num_c: int):
         super().__init__(d_model, d_head, spec, num_c)
@@ -98,6 +111,7 @@ class KNNParams:
 
     def validate(self) -> None:
         require(self.memory_size >= 1, f"memory_size must be >= 1, got {self.memory_size}")
+        warn_outside("memory_size", self.memory_size, *SEED_MEMORY_SIZE, "seed 000's stated range")
         require(self.k_neighbors >= 1, f"k_neighbors must be >= 1, got {self.k_neighbors}")
         require(
             self.k_neighbors <= self.memory_size,
@@ -123,6 +137,7 @@ class KNNHead(BaseSimilarityHead):
     params_cls = KNNParams
     bank_cls = KNNBank
     reads_trajectories = True
+    content_params = {"distance_metric": "euclidean"}
 
     def __init__(self, d_model: int, d_head: int, spec: HeadConfig, num_c: int):
         super().__init__(d_model, d_head, spec, num_c)
