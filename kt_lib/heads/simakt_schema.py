@@ -229,6 +229,19 @@ class SimilarityConfig:
             out["memory"].pop(key)
         return out
 
+    def inter_off(self) -> SimilarityConfig:
+        """This layout with its inter-student heads off: the one meaning of "inter heads off".
+
+        Every inter head gets influence weight 0 (and no influence rule), so it outputs zeros,
+        builds no bank and nothing of it reaches the output: Block 3 keeps the same intra heads
+        (same count, same width d / n_heads) and W_O reads zeros where the inter heads were.
+        The heads are removed, not replaced by intra heads: the result differs from
+        DTransformer with n_heads intra heads (`approach: none`) unless there were none.
+        The matched baseline of a SimAKT variant is its `inter_off()` (for the 6 + 2 presets,
+        the `no_inter_student` preset).
+        """
+        return self.with_settings(inter_weight=0.0)
+
     def influence(self, head_type: str) -> float:
         """Influence weight of the first head of `head_type` (0.0 when there is none)."""
         return next((h.influence_weight for h in self.heads if h.type == head_type), 0.0)
@@ -240,7 +253,8 @@ class SimilarityConfig:
         ...) changes on every head (or hybrid module) whose parameters have it; decay_factor,
         future_weight and window_sizes on every head with a temporal strategy (content heads
         stay content heads); a MemoryConfig field (kmeans_n_init, folds, min_length, ...) on the
-        banks; `<type>_weight` is the influence weight of the heads of that type.
+        banks; `<type>_weight` is the influence weight of the heads of that type, `inter_weight`
+        of every inter head (`inter_weight=0`: inter heads off, see `inter_off`).
         """
         changes = {k: v for k, v in changes.items() if v is not None}
         valid = self._setting_names()
@@ -253,8 +267,10 @@ class SimilarityConfig:
         if memory:
             out.memory = from_dict(MemoryConfig, {**asdict(out.memory), **memory}, f"{where}memory")
         temporal = {k: v for k, v in changes.items() if k in TEMPORAL_SETTINGS}
+        if "inter_weight" in changes:  # one fixed weight for every head replaces a size rule
+            out.influence_rule = None
         for head in out.heads:
-            weight = changes.get(f"{head.type}_weight")
+            weight = changes.get(f"{head.type}_weight", changes.get("inter_weight"))
             if weight is not None:
                 require(weight >= 0, f"{head.type}_weight must be >= 0, got {weight}")
                 head.influence_weight = float(weight)
@@ -285,6 +301,7 @@ class SimilarityConfig:
             | _field_names(MemoryConfig)
             | TEMPORAL_SETTINGS
             | {f"{t}_weight" for t in types}
+            | {"inter_weight"}
         )
 
     def _all_heads(self) -> list[HeadConfig]:
