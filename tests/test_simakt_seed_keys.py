@@ -148,3 +148,15 @@ def test_memory_sizes_far_outside_the_seeds_ranges_warn(section, what):
 def test_memory_sizes_inside_the_seeds_ranges_are_quiet():
     sim = quiet_load(step1(knn_config={"memory_size": 500}, cluster_config={"n_clusters": 50}))
     assert sim.heads[1].params.memory_size == 500
+
+
+def test_a_seed_warning_is_raised_once_per_process():
+    """Python's own once-per-place memory is reset by any catch_warnings; this one is not."""
+    spec = step1(knn_config={"memory_size": 5000})
+    with pytest.warns(SeedRangeWarning):
+        load_simakt_config(spec)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SeedRangeWarning)
+        load_simakt_config(spec)  # the same message again: silent

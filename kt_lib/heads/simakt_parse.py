@@ -8,10 +8,9 @@ type-specific fields}; Step 1: `approach` + `cluster_config` / `knn_config` / `t
 from __future__ import annotations
 
 import re
-import warnings
 
 from ..config import from_dict
-from ..seed_warnings import SeedSettingWarning
+from ..seed_warnings import SeedSettingWarning, warn_once
 from .simakt_schema import (
     HeadConfig,
     InfluenceRule,
@@ -247,13 +246,13 @@ def parse_step1(data: dict, where: str, source: str) -> SimilarityConfig:
     freq = [s.pop("update_frequency") for s in sec.values() if "update_frequency" in s]
     encoder = (data.get("memory") or {}).get("encoder", MemoryConfig.encoder)
     if freq and encoder != "block2":
-        warnings.warn(
+        warn_once(
             f"{where}update_frequency={min(freq)} has no effect with the {encoder} encoder: its "
             "banks do not depend on the model's weights, so rebuilding them gives the same banks "
             "(seed 000's example sets it; ignored). Use memory: {encoder: block2} to rebuild the "
             "banks during training",
             SeedSettingWarning,
-            stacklevel=4,
+            4,
         )
         freq = []
     temporal = data.get("temporal_config")

@@ -14,7 +14,6 @@ Content metrics (`METRICS`: cosine, dot, euclidean, learned) score a query again
 from __future__ import annotations
 
 import importlib
-import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -26,7 +25,7 @@ from ..config import from_dict, require
 from ..memory.banks import Bank, KNNBank, StateSource
 from ..memory.similarity import TEMPORAL_STRATEGIES, build_strategy
 from ..registry import Registry
-from ..seed_warnings import SeedSettingWarning
+from ..seed_warnings import SeedSettingWarning, warn_once
 
 if TYPE_CHECKING:  # annotations only
     from .simakt_schema import HeadConfig
@@ -188,11 +187,7 @@ class BaseSimilarityHead(nn.Module):
             )
             if given[key] == seed_value:
                 if seed_example:
-                    warnings.warn(
-                        f"{msg} (seed 000's example sets it; ignored)",
-                        SeedSettingWarning,
-                        stacklevel=4,
-                    )
+                    warn_once(f"{msg} (seed 000's example sets it; ignored)", SeedSettingWarning, 4)
                 continue
             raise ValueError(
                 f"{msg}; remove {key}, or set temporal_config: {{strategy: content}} to score "
