@@ -1,11 +1,14 @@
-"""Inter-student similarity heads for SimAKT's Block 3 (seed 000, Step 2), with their registries.
+"""Inter-student similarity heads for SimAKT's Block 3 (seed 000, Step 2): the public face.
 
 # B batch, L steps, D model dim, Dh head dim, F bank folds, M memory slots, S memory steps,
 # C concepts, P prototypes
 A head receives its slice of Block 3's query projection (Q = W_Q hq) [B, L, Dh] and a
 `HeadContext`, and returns [B, L, Dh]; Block 3 scales it by the head's influence weight (0: the
 head is off and outputs zeros), concatenates it after the intra-student heads, then applies W_O.
-Heads are configured by `kt_lib.heads.simakt_config.HeadConfig` (parsed and validated there).
+Heads are configured by `kt_lib.heads.simakt_schema.HeadConfig` (parsed by simakt_parse). The
+interface and registries live in similarity_base, the cluster and KNN heads in
+similarity_trajectory; this module holds the graph, attention, hybrid and DeepSet heads and
+`InterStudentHeads`, and re-exports the rest.
 
 Registered types (`SIMILARITY_HEADS`): `cluster` (attention over K-means centroids, fixed
 temperature), `knn` (top-k of a farthest-first or random bank, learnable temperature), `graph`
