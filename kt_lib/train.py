@@ -1,5 +1,8 @@
 """Generic training loop: AdamW, gradient clipping, early stopping, best checkpoint, resume.
 
+The evaluation protocol (`predict`, `evaluate`, `evaluate_protocols`) lives in kt_lib.evaluate;
+its names stay importable from here.
+
 # B batch, L steps, K categories
 The loop is model-agnostic: it sums what `model.loss(...)` returns (prediction loss plus the
 model's own auxiliary terms) and logs every term per epoch in the history DataFrame.
@@ -23,8 +26,16 @@ from tqdm.auto import tqdm
 
 from .checkpoint import load_checkpoint, save_json, save_model
 from .config import from_dict, require
-from .data.dataset import BatchLoader, KTDataset, chunk, collate, sliding
-from .metrics import binary_metrics, ordinal_metrics
+from .data.dataset import BatchLoader, KTDataset
+from .evaluate import (  # noqa: F401 -- the protocol's names, importable from here as before
+    DEFAULT_PROTOCOL,
+    HISTORIES,
+    ROWS,
+    evaluate,
+    evaluate_protocols,
+    predict,
+    question_rows,
+)
 from .models.base import KTModel
 from .nn.backend import check_backend, use_backend
 from .runtime import keep_freed_memory, precision_context, resolve_precision
@@ -121,145 +132,6 @@ class FitResult:
     best_epoch: int
     best_metric: float
     seconds: float
-
-
-ROWS = ("per_question", "per_row")  # which rows of a multi-skill question are scored
-HISTORIES = ("window", "sliding")  # what history each scored step is predicted from
-DEFAULT_PROTOCOL = "per_question/window"
-
-
-def _check_protocol(rows: str, history: str) -> None:
-    if rows not in ROWS:
-        raise ValueError(f"rows must be one of {ROWS}, got {rows!r}")
-    if history not in HISTORIES:
-        raise ValueError(f"history must be one of {HISTORIES}, got {history!r}")
-
-
-@torch.no_grad()
-def predict(
-    model: KTModel,
-    data: KTDataset,
-    batch_size: int = 128,
-    max_len: int = 200,
-    device: str = "cpu",
-    history: str = "window",
-    stride: int = 1,
-) -> dict[str, np.ndarray]:
-    """Predictions on every scored position: y_true, prob ([n] or [n, K]), uid, step, q (and pid
-    with problem ids), in (student, step) order.
-
-    history "window": each log is cut into windows of `max_len` (`chunk`), so the first steps of
-    a later window are predicted from little history. "sliding": each step is predicted from up
-    to `max_len - 1` steps before it (`sliding`, exact with stride 1): more windows, one batched
-    forward per `batch_size` of them.
-    """
-    _check_protocol("per_row", history)
-    windows = chunk(data, max_len) if history == "window" else sliding(data, max_len, stride)
-    was_training = model.training
-    model.eval()
-    cols: dict[str, list[torch.Tensor]] = {k: [] for k in ("y_true", "prob", "uid", "step", "q")}
-    for i in range(0, len(windows), batch_size):
-        part = windows[i : i + batch_size]
-        batch = collate(data, part).to(device, non_blocking=True)
-        prob = model.probabilities(model(batch))
-        steps = torch.arange(batch.mask.shape[1], device=batch.mask.device)
-        context = torch.tensor([w.context for w in part], device=steps.device)
-        m = batch.mask & (steps >= context.unsqueeze(1))  # context steps are history only
-        rows = {
-            "y_true": batch.r,
-            "prob": prob.float(),
-            "uid": batch.uid.unsqueeze(1).expand_as(m),
-            "step": batch.start.unsqueeze(1) + steps,
-            "q": batch.q,
-        }
-        if batch.pid is not None:
-            rows["pid"] = batch.pid
-        for k, v in rows.items():  # stays on the device: one copy to the host at the end
-            cols.setdefault(k, []).append(v[m])
-    model.train(was_training)
-    return {k: torch.cat(v).cpu().numpy() for k, v in cols.items() if v}
-
-
-def question_rows(pred: dict[str, np.ndarray]) -> np.ndarray:
-    """Rows that open a question: False on a row that continues a question already opened.
-
-    Formats that expand a multi-skill problem into one row per skill (the 4-line format, pykt)
-    put its rows at consecutive steps, and row 2 of a problem sees row 1's response - the answer
-    to the same question. Scoring only each question's first row (which saw no response to it)
-    evaluates per question (GUIDE section 9). Inside a run of consecutive rows of one problem, a
-    skill seen again starts a new attempt ((P,a),(P,b),(P,a),(P,b) is two questions), so the
-    n-th occurrence of a skill belongs to attempt n, and an attempt's first row opens it. Rows
-    come from `predict`, in (student, step) order.
-    """
-    n = len(pred["y_true"])
-    if "pid" not in pred or n < 2:
-        return np.ones(n, dtype=bool)
-    uid, step, pid = pred["uid"], pred["step"], pred["pid"]
-    same_problem = (uid[1:] == uid[:-1]) & (step[1:] == step[:-1] + 1) & (pid[1:] == pid[:-1])
-    run = np.cumsum(np.concatenate([[True], ~same_problem]))  # id of each run of one problem
-    rows = pd.DataFrame({"run": run, "q": pred["q"]})
-    rows["attempt"] = rows.groupby(["run", "q"]).cumcount()  # n-th time this skill in the run
-    return ~rows.duplicated(["run", "attempt"]).to_numpy()
-
-
-def _metrics(model: KTModel, pred: dict[str, np.ndarray], rows: str) -> dict[str, float]:
-    keep = question_rows(pred) if rows == "per_question" else np.ones(len(pred["y_true"]), bool)
-    y, prob = pred["y_true"][keep], pred["prob"][keep]
-    metrics = ordinal_metrics(y, prob) if model.ordinal else binary_metrics(y, prob)
-    if "pid" in pred:
-        metrics["rows_merged"] = int((~keep).sum())
-    return metrics
-
-
-def evaluate(
-    model: KTModel,
-    data: KTDataset,
-    batch_size: int = 128,
-    max_len: int = 200,
-    device: str = "cpu",
-    rows: str = "per_question",
-    history: str = "window",
-    stride: int = 1,
-) -> dict[str, float]:
-    """Metrics over scored positions (binary: AUC/acc/RMSE/log-loss; ordinal: QWK and friends)
-    under one evaluation protocol.
-
-    rows "per_question" (default): a problem expanded into consecutive rows (one per skill)
-    counts once, by its first row (`question_rows`), the only one that saw no answer to it;
-    `rows_merged` says how many rows that dropped. "per_row" scores every row, as the AKT and
-    DKVMN papers do: row 2 of a question then sees row 1's answer to the same question, which
-    raises the score without saying anything about the student. Without problem ids both are
-    the same. history: see `predict`.
-    """
-    _check_protocol(rows, history)
-    pred = predict(model, data, batch_size, max_len, device, history, stride)
-    return _metrics(model, pred, rows)
-
-
-def evaluate_protocols(
-    model: KTModel,
-    data: KTDataset,
-    batch_size: int = 128,
-    max_len: int = 200,
-    device: str = "cpu",
-    histories: tuple[str, ...] = ("window",),
-    stride: int = 1,
-) -> dict[str, dict[str, float]]:
-    """`evaluate` under both row rules and each of `histories`: {"rows/history": metrics}.
-
-    One prediction pass per history; "sliding" reuses the window pass when no log is longer
-    than `max_len` (the two are then the same windows).
-    """
-    out, preds = {}, {}
-    short = all(len(s) <= max_len for s in data.students)
-    for history in histories:
-        _check_protocol("per_row", history)
-        same = "window" if short else history  # the windows that history really uses
-        if same not in preds:
-            preds[same] = predict(model, data, batch_size, max_len, device, same, stride)
-        for rows in ROWS:
-            out[f"{rows}/{history}"] = _metrics(model, preds[same], rows)
-    return out
 
 
 @contextlib.contextmanager

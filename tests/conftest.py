@@ -47,3 +47,11 @@ def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip(f"real datasets not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(autouse=True)
+def _fresh_seed_warnings(monkeypatch):
+    """Seed warnings are raised once per process; each test starts as a fresh process would."""
+    from kt_lib import seed_warnings
+
+    monkeypatch.setattr(seed_warnings, "_SEEN", set())

@@ -1,11 +1,14 @@
-"""Inter-student similarity heads for SimAKT's Block 3 (seed 000, Step 2), with their registries.
+"""Inter-student similarity heads for SimAKT's Block 3 (seed 000, Step 2): the public face.
 
 # B batch, L steps, D model dim, Dh head dim, F bank folds, M memory slots, S memory steps,
 # C concepts, P prototypes
 A head receives its slice of Block 3's query projection (Q = W_Q hq) [B, L, Dh] and a
 `HeadContext`, and returns [B, L, Dh]; Block 3 scales it by the head's influence weight (0: the
 head is off and outputs zeros), concatenates it after the intra-student heads, then applies W_O.
-Heads are configured by `kt_lib.heads.simakt_config.HeadConfig` (parsed and validated there).
+Heads are configured by `kt_lib.heads.simakt_schema.HeadConfig` (parsed by simakt_parse). The
+interface and registries live in similarity_base, the cluster and KNN heads in
+similarity_trajectory; this module holds the graph, attention, hybrid and DeepSet heads and
+`InterStudentHeads`, and re-exports the rest.
 
 Registered types (`SIMILARITY_HEADS`): `cluster` (attention over K-means centroids, fixed
 temperature), `knn` (top-k of a farthest-first or random bank, learnable temperature), `graph`
@@ -32,414 +35,58 @@ Banks hold other students only: cross-fitted folds, see `kt_lib.memory.banks`.
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..config import from_dict, require
-from ..memory.banks import (
-    DEFAULT_SAMPLER,
-    SAMPLERS,
-    Bank,
-    ClusterBank,
-    GraphBank,
-    KNNBank,
-    StateSource,
+from ..memory.banks import GraphBank, KNNBank
+from ..memory.similarity import TEMPORAL_STRATEGIES, decayed_mean_weights
+from .simakt_parse import parse_head
+from .simakt_schema import HeadConfig
+from .similarity_base import (
+    CONTENT,
+    METRICS,
+    SEED_MODULE_PATHS,
+    SIMILARITY_HEADS,
+    BankBuild,
+    BaseSimilarityHead,
+    HeadContext,
+    HybridParams,
+    NoParams,
+    head_class,
+    head_class_of,
+    import_head_class,
+    masked_softmax,
+    valid_types,
 )
-from ..memory.similarity import TEMPORAL_STRATEGIES, build_strategy, decayed_mean_weights
-from ..registry import Registry
-
-if TYPE_CHECKING:
-    from .simakt_config import HeadConfig
-
-SIMILARITY_HEADS: Registry = Registry("inter-student head")
-METRICS: Registry = Registry("similarity metric")
-CONTENT = "content"  # strategy name: score the query against projected keys
-# seed 000 names custom modules that do not exist; the workbook ships the same ideas here
-SEED_MODULE_PATHS = {
-    "research.trajectory_similarity.DeepSetSimilarity": "kt_lib.heads.similarity.DeepSetSimilarity"
-}
-
-
-@dataclass
-class HeadContext:
-    """What the inter-student heads read besides their query (current students only)."""
-
-    hq: torch.Tensor  # [B, L, D] Block 1 output
-    hs: torch.Tensor  # [B, L, D] Block 2 output
-    states: torch.Tensor | None  # [B, L, D] trajectory-encoder states (steps <= t at row t)
-    q: torch.Tensor  # [B, L] concept ids
-    fold: torch.Tensor  # [B] bank fold each row reads
-    uid: torch.Tensor | None  # [B] student ids
-    need_weights: bool = False
-    weights: dict[str, torch.Tensor] = field(default_factory=dict)  # head -> [B, L, M]
-
-    def record(self, name: str, w: torch.Tensor) -> None:
-        if self.need_weights:
-            self.weights[f"block3.{name}"] = w.detach()
-
-
-@dataclass
-class BankBuild:
-    """Inputs of `build_bank` for one fold."""
-
-    members: StateSource  # the training students of this bank (other folds), encoded
-    seed: int  # MemoryConfig.seed
-    kmeans_n_init: int  # MemoryConfig.kmeans_n_init
-
-
-def masked_softmax(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dim restricted to `valid`; all-invalid rows give zeros."""
-    w = torch.softmax(scores.masked_fill(~valid, torch.finfo(scores.dtype).min), dim=-1)
-    return w * valid.any(-1, keepdim=True)
-
-
-# -- content metrics ---------------------------------------------------------------------------
-
-
-class Metric(nn.Module):
-    """Content score [B, L, M] (higher: closer) of queries [B, L, Dh] against keys [B, M, Dh]."""
-
-    def __init__(self, d_head: int):
-        super().__init__()
-        self.d_head = d_head
-
-
-@METRICS.register("cosine")
-class Cosine(Metric):
-    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        return F.normalize(query, dim=-1) @ F.normalize(keys, dim=-1).transpose(1, 2)
-
-
-@METRICS.register("dot")
-class ScaledDot(Metric):
-    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        return query @ keys.transpose(1, 2) * self.d_head**-0.5
-
-
-@METRICS.register("euclidean")
-class NegativeEuclidean(Metric):
-    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        sq = (
-            query.pow(2).sum(-1, keepdim=True)
-            + keys.pow(2).sum(-1).unsqueeze(1)
-            - 2 * query @ keys.transpose(1, 2)
-        )
-        return -sq.clamp(min=1e-12).sqrt()  # finite gradient at distance 0
-
-
-@METRICS.register("learned")
-class LearnedBilinear(Metric):
-    """cos under a learned bilinear form: q_hat W k_hat^T, W initialised to I (cosine)."""
-
-    def __init__(self, d_head: int):
-        super().__init__(d_head)
-        self.weight = nn.Parameter(torch.eye(d_head))
-
-    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-        q, k = F.normalize(query, dim=-1), F.normalize(keys, dim=-1)
-        return q @ self.weight @ k.transpose(1, 2)
-
-
-# -- the head interface ------------------------------------------------------------------------
-
-
-@dataclass
-class NoParams:
-    """Heads without type-specific parameters."""
-
-
-class BaseSimilarityHead(nn.Module):
-    """Base of every inter-student head; custom heads subclass it.
-
-    Subclasses set `params_cls` (a dataclass, validated from the config), implement
-    `forward(query, ctx)`, and, if they read a bank, set `bank_cls` and implement `build_bank`
-    and `_install` (register the stacked per-fold tensors as non-persistent buffers). Heads that
-    score slots by their trajectories set `reads_trajectories` (every temporal strategy is then
-    available); others list the strategies they implement in `temporal_strategies`.
-    """
-
-    params_cls: ClassVar[type] = NoParams
-    bank_cls: ClassVar[type[Bank] | None] = None  # None: the head reads no bank
-    needs_states: ClassVar[bool] = False  # reads ctx.states whatever its strategy
-    reads_trajectories: ClassVar[bool] = False  # scores slots by a temporal strategy
-    temporal_strategies: ClassVar[tuple[str, ...]] = (CONTENT,)
-
-    def __init__(self, d_model: int, d_head: int, spec: HeadConfig, num_c: int):
-        super().__init__()
-        self.d_model, self.d_head, self.spec, self.num_c = d_model, d_head, spec, num_c
-        self.p = spec.params
-        self.weight = spec.influence_weight  # may be reset by an influence rule (model.prepare)
-        self._banks: list[Bank] | None = None
-
-    # -- configuration hooks (called by kt_lib.heads.simakt_config) ---------------------------
-    @classmethod
-    def supported_strategies(cls) -> list[str]:
-        if cls.reads_trajectories:
-            return [CONTENT, *TEMPORAL_STRATEGIES.names()]
-        return list(cls.temporal_strategies)
-
-    @classmethod
-    def parse_params(cls, raw: dict, where: str, temporal: dict | None) -> Any:
-        """The params dataclass from the head's own fields (`temporal`: its raw temporal_config)."""
-        return from_dict(cls.params_cls, raw, source=where)
-
-    @classmethod
-    def check_temporal(cls, temporal, where: str) -> None:
-        """Raise ValueError for temporal settings this head type cannot honour."""
-
-    # -- state ----------------------------------------------------------------------------------
-    @property
-    def strategy(self) -> str:
-        return self.spec.temporal.strategy
-
-    @property
-    def active(self) -> bool:
-        return self.weight > 0
-
-    @property
-    def uses_states(self) -> bool:
-        return self.needs_states or (self.reads_trajectories and self.strategy != CONTENT)
-
-    def _strategy_module(self) -> nn.Module | None:
-        """The temporal strategy module of a trajectory-reading head (None: content scores)."""
-        if not self.reads_trajectories or self.strategy == CONTENT:
-            return None
-        return build_strategy(self.strategy, self.d_model, self.spec.temporal)
-
-    @property
-    def banks(self) -> list[Bank]:
-        """Per-fold banks; a clear error while none is built."""
-        if self._banks is None:
-            raise RuntimeError(
-                f"inter-student head {self.spec.name!r} has no memory bank: call "
-                "model.prepare(train) with the training students first (fit does), or load a "
-                "checkpoint saved with its banks"
-            )
-        return self._banks
-
-    @property
-    def has_banks(self) -> bool:
-        return self._banks is not None
-
-    def bank_readers(self) -> list[tuple[str, BaseSimilarityHead]]:
-        """(key suffix, head) of every module under this head that reads a bank."""
-        return [("", self)] if self.bank_cls is not None else []
-
-    def check_ready(self) -> None:
-        """Raise the "no memory bank" error if this head reads a bank that is not built."""
-        if self.bank_cls is not None:
-            self.banks  # noqa: B018 -- the property raises the error
-
-    def build_bank(self, build: BankBuild) -> Bank:
-        raise NotImplementedError(f"{type(self).__name__} reads no bank")
-
-    def install(self, banks: list[Bank]) -> None:
-        """Keep the per-fold banks and put their stacked tensors on the head's device."""
-        self._banks = list(banks)
-        self._install(self._banks)
-
-    def _install(self, banks: list[Bank]) -> None:
-        """Register stacked [F, ...] tensors as buffers (subclasses)."""
-
-    def _buffer(self, name: str, tensors: list[torch.Tensor]) -> None:
-        ref = next(self.parameters(), None)
-        stacked = torch.stack(tensors)
-        if ref is not None:
-            stacked = stacked.to(device=ref.device)
-            if stacked.is_floating_point():
-                stacked = stacked.to(dtype=ref.dtype)
-        self.register_buffer(name, stacked, persistent=False)
-
-    def _padded(self, name: str, tensors: list[torch.Tensor], fill=0) -> None:
-        """Register [F, M, ...] from per-fold tensors of unequal length M_f (padded with fill)."""
-        M = max(len(t) for t in tensors)
-        pad = [torch.cat([t, t.new_full((M - len(t), *t.shape[1:]), fill)]) for t in tensors]
-        self._buffer(name, pad)
-
-    def _install_entries(self, banks: list[KNNBank], k: int, what: str) -> None:
-        """Entries of per-fold KNN banks, padded to one size; `k` must fit the smallest."""
-        smallest = min(len(b.uids) for b in banks)
-        if k > smallest:
-            raise ValueError(
-                f"{what}={k} is larger than the bank: head {self.spec.name!r} has a fold bank "
-                f"of {smallest} entries"
-            )
-        self._padded("entries", [b.encodings for b in banks])  # [F, M, D]
-        ones = [torch.ones(len(b.uids), dtype=torch.bool) for b in banks]
-        self._padded("entry_valid", ones, False)  # [F, M]
-        self._padded("entry_uids", [b.uids for b in banks], -1)  # [F, M]
-
-    def trajectory_similarity(
-        self, states: torch.Tensor, fold: torch.Tensor, sequences: torch.Tensor, valid: torch.Tensor
-    ) -> torch.Tensor:
-        """Temporal-strategy similarity [B, L, M] of each row to the slots of its own fold."""
-        B, L, _ = states.shape
-        out = states.new_zeros(B, L, sequences.shape[1])
-        for f in fold.unique().tolist():  # F is small (2 by default); rows are vectorised
-            rows = (fold == f).nonzero(as_tuple=True)[0]
-            out[rows] = self.temporal(states[rows], sequences[f], valid[f]).to(
-                out.dtype
-            )  # under autocast the similarity may come back in bfloat16
-        return out
-
-    def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
-        raise NotImplementedError
-
-
-# -- cluster and KNN heads (trajectory banks) --------------------------------------------------
-
-
-@dataclass
-class ClusterParams:
-    """Cluster head settings (seed 000: cluster_config)."""
-
-    n_clusters: int = 100  # K-means clusters per bank
-    temperature: float = 0.05  # fixed softmax temperature
-    similarity_metric: str = "cosine"  # content scores: a METRICS name
-
-    def validate(self) -> None:
-        require(self.n_clusters >= 1, f"n_clusters must be >= 1, got {self.n_clusters}")
-        require(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
-        require(
-            self.similarity_metric in METRICS,
-            f"similarity_metric must be one of {', '.join(METRICS.names())}, "
-            f"got {self.similarity_metric!r}",
-        )
-
-
-@SIMILARITY_HEADS.register("cluster")
-class ClusterHead(BaseSimilarityHead):
-    """Attention over the cluster centroids of historical students, with a fixed temperature."""
-
-    params_cls = ClusterParams
-    bank_cls = ClusterBank
-    reads_trajectories = True
-
-    def __init__(self, d_model: int, d_head: int, spec: HeadConfig, num_c: int):
-        super().__init__(d_model, d_head, spec, num_c)
-        content = self.strategy == CONTENT  # temporal strategies score with states, not keys
-        self.w_k = nn.Linear(d_model, d_head, bias=False) if content else None
-        self.w_v = nn.Linear(d_model, d_head, bias=False)
-        self.metric = METRICS[self.p.similarity_metric](d_head) if content else None
-        self.temporal = self._strategy_module()
-
-    def build_bank(self, build: BankBuild) -> ClusterBank:
-        return ClusterBank.build(build.members, self.p.n_clusters, build.seed, build.kmeans_n_init)
-
-    def _install(self, banks: list[ClusterBank]) -> None:
-        self._buffer("centroids", [b.centroids for b in banks])  # [F, C, D]
-        self._buffer("slot_valid", [b.sizes > 0 for b in banks])  # [F, C]
-        if self.temporal is not None:
-            self._buffer("sequences", [b.sequences for b in banks])  # [F, C, S, D]
-            self._buffer("seq_valid", [b.seq_valid for b in banks])  # [F, C, S]
-
-    def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
-        values = self.w_v(self.centroids)[ctx.fold]  # [B, C, Dh]
-        if self.temporal is not None:
-            scores = self.trajectory_similarity(
-                ctx.states, ctx.fold, self.sequences, self.seq_valid
-            )
-        else:
-            scores = self.metric(query, self.w_k(self.centroids)[ctx.fold])  # [B, L, C]
-        w = masked_softmax(scores / self.p.temperature, self.slot_valid[ctx.fold].unsqueeze(1))
-        ctx.record(self.spec.name, w)
-        return w @ values
-
-
-@dataclass
-class KNNParams:
-    """KNN head settings (seed 000: knn_config)."""
-
-    memory_size: int = 200  # students kept per bank
-    k_neighbors: int = 15  # neighbours attended per step
-    temperature: float = 0.1  # softmax temperature (initial value when adaptive)
-    adaptive_temperature: bool = True  # learn the temperature
-    distance_metric: str = "euclidean"  # content scores: a METRICS name
-    sampling: str = DEFAULT_SAMPLER  # how the bank picks its students: a SAMPLERS name
-
-    def validate(self) -> None:
-        require(self.memory_size >= 1, f"memory_size must be >= 1, got {self.memory_size}")
-        require(self.k_neighbors >= 1, f"k_neighbors must be >= 1, got {self.k_neighbors}")
-        require(
-            self.k_neighbors <= self.memory_size,
-            f"k_neighbors={self.k_neighbors} is larger than the bank "
-            f"(memory_size={self.memory_size})",
-        )
-        require(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
-        require(
-            self.distance_metric in METRICS,
-            f"distance_metric must be one of {', '.join(METRICS.names())}, "
-            f"got {self.distance_metric!r}",
-        )
-        require(
-            self.sampling in SAMPLERS,
-            f"sampling must be one of {', '.join(SAMPLERS.names())}, got {self.sampling!r}",
-        )
-
-
-@SIMILARITY_HEADS.register("knn")
-class KNNHead(BaseSimilarityHead):
-    """Top-k attention over a bank of historical students, learnable temperature."""
-
-    params_cls = KNNParams
-    bank_cls = KNNBank
-    reads_trajectories = True
-
-    def __init__(self, d_model: int, d_head: int, spec: HeadConfig, num_c: int):
-        super().__init__(d_model, d_head, spec, num_c)
-        content = self.strategy == CONTENT  # temporal strategies score with states, not keys
-        self.w_k = nn.Linear(d_model, d_head, bias=False) if content else None
-        self.w_v = nn.Linear(d_model, d_head, bias=False)
-        log_t = torch.tensor(float(self.p.temperature)).log()
-        if self.p.adaptive_temperature:
-            self.log_temperature = nn.Parameter(log_t)
-        else:
-            self.register_buffer("log_temperature", log_t)
-        self.metric = METRICS[self.p.distance_metric](d_head) if content else None
-        self.temporal = self._strategy_module()
-
-    def build_bank(self, build: BankBuild) -> KNNBank:
-        return KNNBank.build(
-            build.members,
-            self.p.memory_size,
-            build.seed,
-            with_sequences=self.temporal is not None,
-            sampling=self.p.sampling,
-        )
-
-    def _install(self, banks: list[KNNBank]) -> None:
-        self._install_entries(banks, self.p.k_neighbors, "k_neighbors")
-        if self.temporal is not None:
-            self._padded("sequences", [b.sequences for b in banks])  # [F, M, S, D]
-            self._padded("seq_valid", [b.seq_valid for b in banks], False)  # [F, M, S]
-
-    def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
-        B, L, Dh = query.shape
-        values = self.w_v(self.entries)[ctx.fold]  # [B, M, Dh]
-        valid = self.entry_valid[ctx.fold]  # [B, M]
-        if ctx.uid is not None:  # a student never reads its own entry
-            valid = valid & (self.entry_uids[ctx.fold] != ctx.uid.unsqueeze(1))
-        if self.temporal is not None:
-            scores = self.trajectory_similarity(
-                ctx.states, ctx.fold, self.sequences, self.seq_valid
-            )
-        else:
-            scores = self.metric(query, self.w_k(self.entries)[ctx.fold])
-        scores = scores.masked_fill(~valid.unsqueeze(1), -torch.inf)
-        k = min(self.p.k_neighbors, values.shape[1])
-        top, idx = scores.topk(k, dim=-1)  # [B, L, k]
-        ok = torch.isfinite(top)
-        top = torch.where(ok, top, 0.0)  # excluded entries: no inf in the temperature gradient
-        w = masked_softmax(top / self.log_temperature.exp(), ok)
-        picked = values.gather(1, idx.reshape(B, L * k, 1).expand(-1, -1, Dh))
-        if ctx.need_weights:
-            ctx.record(self.spec.name, torch.zeros_like(scores).scatter(-1, idx, w))
-        return (w.unsqueeze(-1) * picked.view(B, L, k, Dh)).sum(2)
+from .similarity_trajectory import ClusterHead, ClusterParams, KNNHead, KNNParams
+
+__all__ = [
+    "METRICS",
+    "SEED_MODULE_PATHS",
+    "SIMILARITY_HEADS",
+    "BankBuild",
+    "BaseSimilarityHead",
+    "ClusterHead",
+    "ClusterParams",
+    "CrossStudentAttentionHead",
+    "DeepSetSimilarity",
+    "GraphHead",
+    "HeadContext",
+    "HybridHead",
+    "HybridParams",
+    "InterStudentHeads",
+    "KNNHead",
+    "KNNParams",
+    "NoParams",
+    "head_class",
+    "head_class_of",
+    "import_head_class",
+    "masked_softmax",
+    "valid_types",
+]
 
 
 # -- graph and cross-student heads -------------------------------------------------------------
@@ -579,23 +226,6 @@ class CrossStudentAttentionHead(BaseSimilarityHead):
 # -- hybrid ------------------------------------------------------------------------------------
 
 
-@dataclass
-class HybridParams:
-    """Hybrid head settings (seed 000: HybridSimilarityModule(modules, weights))."""
-
-    modules: list[Any] = field(default_factory=list)  # HeadConfig of each mixed head
-    weights: list[float] | None = None  # initial mixing logits (None: equal)
-
-    def validate(self) -> None:
-        require(len(self.modules) >= 1, "a hybrid head needs at least one module")
-        if self.weights is not None:
-            numbers = all(type(w) in (int, float) for w in self.weights)
-            require(
-                numbers and len(self.weights) == len(self.modules),
-                f"weights must be {len(self.modules)} numbers (one per module), got {self.weights}",
-            )
-
-
 @SIMILARITY_HEADS.register("hybrid")
 class HybridHead(BaseSimilarityHead):
     """A learnable softmax-weighted mix of other heads' outputs (each with its own bank).
@@ -621,8 +251,6 @@ class HybridHead(BaseSimilarityHead):
 
     @classmethod
     def parse_params(cls, raw: dict, where: str, temporal: dict | None) -> HybridParams:
-        from .simakt_config import parse_head
-
         raw = dict(raw)
         modules = raw.pop("modules", None)
         if not isinstance(modules, list) or not modules:
@@ -706,61 +334,6 @@ class DeepSetSimilarity(BaseSimilarityHead):
         keep = self.entry_valid.unsqueeze(-1).to(query.dtype)  # [F, M, 1]
         pooled = ((self.phi(self.entries) * keep).sum(1) / keep.sum(1))[ctx.fold]  # [B, Dh]
         return self.rho(torch.cat([query, pooled.unsqueeze(1).expand_as(query)], dim=-1))
-
-
-# -- lookup ------------------------------------------------------------------------------------
-
-
-def valid_types() -> list[str]:
-    return sorted([*SIMILARITY_HEADS, "custom"])
-
-
-def import_head_class(path: str, where: str = "") -> type[BaseSimilarityHead]:
-    """The class at dotted `path`; it must subclass BaseSimilarityHead."""
-    module_name, _, cls_name = str(path).rpartition(".")
-    if not module_name:
-        raise ValueError(f"{where}module_path {path!r} is not a dotted path 'package.module.Class'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(
-            f"{where}module_path {path!r}: cannot import {module_name!r} ({exc})"
-        ) from None
-    obj = getattr(module, cls_name, None)
-    if obj is None:
-        raise ValueError(f"{where}module_path {path!r}: {module_name!r} has no {cls_name!r}")
-    if not (
-        isinstance(obj, type)
-        and issubclass(obj, BaseSimilarityHead)
-        and obj is not BaseSimilarityHead
-    ):
-        raise ValueError(
-            f"{where}module_path {path!r} is not a subclass of kt_lib.heads."
-            "similarity.BaseSimilarityHead; custom heads must subclass it"
-        )
-    return obj
-
-
-def head_class(spec: HeadConfig, where: str = "") -> type[BaseSimilarityHead]:
-    """Registry lookup, or the custom class named by `module_path`."""
-    return head_class_of(spec.type, spec.module_path, where)
-
-
-def head_class_of(type_: str, module_path: str | None, where: str = "") -> type[BaseSimilarityHead]:
-    """The head class of a type name (and, for `custom`, its module path)."""
-    if type_ == "custom":
-        if not module_path:
-            raise ValueError(
-                f"{where}a custom head needs module_path: 'package.module.Class' "
-                "(a subclass of BaseSimilarityHead)"
-            )
-        return import_head_class(module_path, where)
-    if type_ not in SIMILARITY_HEADS:
-        raise ValueError(
-            f"{where}unknown inter-student head type {type_!r}; valid types: "
-            f"{', '.join(valid_types())}"
-        )
-    return SIMILARITY_HEADS[type_]
 
 
 class InterStudentHeads(nn.Module):

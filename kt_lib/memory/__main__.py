@@ -25,6 +25,12 @@ import warnings
 from pathlib import Path
 
 import torch
+import yaml
+
+from ..data import load_bundle
+from ..heads.simakt_config import load_simakt_config
+from ..models import build_model
+from .bank_files import bank_file, dataset_name
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -60,13 +66,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def build(args: argparse.Namespace) -> Path:
     """Build and save the banks; returns the path written (without suffix)."""
-    import yaml
-
-    from ..data import load_bundle
-    from ..heads.simakt_config import load_simakt_config
-    from ..models import build_model
-    from ..models.simakt import bank_file, dataset_name
-
     fmt = "synthetic" if args.data_dir is None and args.data_format == "auto" else args.data_format
     kw = {}
     if fmt == "synthetic":

@@ -36,8 +36,8 @@ import numpy as np
 import torch
 from sklearn.cluster import KMeans
 
-from ..checkpoint import load_json, load_tensors, save_json, save_tensors
 from ..data.dataset import KTDataset
+from ..fileio import load_json, load_tensors, save_json, save_tensors
 from ..registry import Registry
 
 BANKS: Registry = Registry("memory bank")

@@ -34,6 +34,7 @@ from torch import nn
 from ..config import require
 from ..data.dataset import Batch, interaction_token
 from ..nn import Dropout, FeedForward, MultiHeadAttention
+from ..seed_warnings import SeedRangeWarning
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 
@@ -68,10 +69,6 @@ class SAKTConfig(BaseConfig):
         # on the attention weights) is our choice from an ASSIST2009 sweep (test AUC: 0.2 -> 0.770,
         # 0.4 -> 0.779, 0.5 -> 0.784; 0.4 without attention-weight dropout overfit by epoch 5)
         return cls(**{"d": 256, "n_heads": 8, "d_ff": 256, "dropout": 0.5, **kw})
-
-
-class SeedRangeWarning(UserWarning):
-    """A hyperparameter of the seed-004 `SAKT` class lies outside the seed's range (section 6.1)."""
 
 
 # seed 004 section 6.1: name -> (low, high) inclusive; d_ff's range is in units of d

@@ -24,8 +24,6 @@ students only.
 from __future__ import annotations
 
 import copy
-import hashlib
-import io
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
@@ -36,12 +34,6 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..checkpoint import (
-    atomic_write_bytes,
-    load_checkpoint,
-    refuse_untrusted_code,
-    save_json,
-)
 from ..data.dataset import Batch, KTDataset, StudentSeq
 from ..heads.simakt_config import (
     PRESET_DIR,
@@ -51,8 +43,10 @@ from ..heads.simakt_config import (
     load_simakt_config,
 )
 from ..heads.similarity import BankBuild, HeadContext, InterStudentHeads
+from ..memory.bank_files import bank_file, dataset_name, read_banks, write_banks
 from ..memory.banks import Bank, FoldAssignment
 from ..memory.encoders import EncodedSet, build_encoder, encode_dataset
+from ..trust import refuse_untrusted_code
 from .base import register
 from .dtransformer import DTransformer, DTransformerConfig, ExtraHeads
 
@@ -130,31 +124,6 @@ def _preset(name: str):
 for _name in list_simakt_presets():  # build_model("simakt", preset=<name>)
     if not hasattr(SimAKTConfig, _name):
         setattr(SimAKTConfig, _name, _preset(_name))
-
-
-def dataset_name(data: KTDataset) -> str:
-    """The dataset a split belongs to ('assist2009/train' -> 'assist2009')."""
-    base, _, split = data.name.rpartition("/")
-    return base if base and split in ("train", "valid", "test") else data.name
-
-
-def bank_file(bank_dir: str | Path, dataset: str) -> Path:
-    """Where `python -m kt_lib.memory build` puts a dataset's banks: `<bank_dir>/<dataset>.pt`
-    and `.json` (the returned path ends in a placeholder suffix, so that `with_suffix` keeps
-    dotted dataset names whole)."""
-    return Path(bank_dir) / f"{dataset.replace('/', '_')}.banks"
-
-
-def _students_sha256(data: KTDataset) -> str:
-    """SHA-256 of the training students' logs (uid, q, r, pid in uid order): banks built from
-    one fold's or seed's split are refused for another even where the readers number students
-    by position (every `train{k}` file has uids 0..n-1)."""
-    h = hashlib.sha256()
-    for s in sorted(data.students, key=lambda s: s.uid):
-        h.update(np.array([s.uid, len(s)], dtype="<i8").tobytes())
-        for a in (s.q, s.r) if s.pid is None else (s.q, s.r, s.pid):
-            h.update(np.ascontiguousarray(a, dtype="<i8").tobytes())
-    return h.hexdigest()
 
 
 @register("simakt")
@@ -335,21 +304,9 @@ class SimAKT(DTransformer):
     def save_banks(self, path: str | Path, train: KTDataset | None = None) -> None:
         """Write every bank to `<path>.pt` + `<path>.json` (no pickle, atomic, the .json records
         the .pt's SHA-256); `train` records which training students built them."""
-        path = Path(path)
-        buf = io.BytesIO()
-        torch.save(self.extra_state(), buf)
-        data = buf.getvalue()
-        atomic_write_bytes(path.with_suffix(".pt"), lambda f: f.write(data))
         meta = {"similarity": self.config.similarity, **self._bank_meta()}
-        if train is not None:
-            meta.update(
-                dataset=dataset_name(train),
-                train_students=len(train),
-                train_sha256=_students_sha256(train),
-            )
         meta["banks"] = self.bank_stats().to_dict(orient="records")
-        meta["pt_sha256"] = hashlib.sha256(data).hexdigest()
-        save_json(path.with_suffix(".json"), meta)
+        write_banks(path, self.extra_state(), meta, train)
 
     def load_banks(
         self, path: str | Path, train: KTDataset | None = None, trust_code: bool = False
@@ -357,36 +314,17 @@ class SimAKT(DTransformer):
         """Restore banks written by `save_banks` (checked: SHA-256, the config they depend on,
         the model sizes and, given `train`, the training students). An old bank file whose
         similarity config names a module outside kt_lib is refused without `trust_code`."""
-        path = Path(path)
-        if not path.with_suffix(".json").is_file():
-            raise FileNotFoundError(
-                f"{path.with_suffix('.json')}: no prebuilt banks (build them with python -m "
-                "kt_lib.memory build ... --out DIR)"
+
+        def old_signature(meta: dict) -> dict:  # written before the typed config
+            refuse_untrusted_code(
+                meta.get("similarity"), Path(path).with_suffix(".json"), trust_code
             )
-        meta, tensors = load_checkpoint(path)
-        saved = meta.get("similarity_config")
-        if saved is None:  # written before the typed config: compare the parsed spec
-            refuse_untrusted_code(meta.get("similarity"), path.with_suffix(".json"), trust_code)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
-                saved = load_simakt_config(meta["similarity"]).bank_signature()
-        mine = self._bank_meta()
-        if saved != mine["similarity_config"]:
-            raise ValueError(
-                f"{path}: banks were built for similarity={meta['similarity']!r}, "
-                f"this model has {self.config.similarity!r}"
-            )
-        if "sizes" in meta and meta["sizes"] != mine["sizes"]:
-            raise ValueError(
-                f"{path}: banks were built for {meta['sizes']}, this model has {mine['sizes']}"
-            )
-        if train is not None and meta.get("train_sha256") != _students_sha256(train):
-            raise ValueError(
-                f"{path}: banks were built from other training students ({meta['dataset']}, "
-                f"{meta['train_students']} students) than the {len(train)} given (another fold "
-                "or split seed? build each fold's banks into its own --out folder)"
-            )
-        self.load_extra_state(tensors)
+                return load_simakt_config(meta["similarity"]).bank_signature()
+
+        expected = {"similarity": self.config.similarity, **self._bank_meta()}
+        self.load_extra_state(read_banks(path, expected, train, old_signature))
 
     # -- Block 3 -----------------------------------------------------------------------------
     def _folds_for(self, batch: Batch) -> torch.Tensor:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -144,3 +146,19 @@ def attention_heatmap(
     ax.set_title(title, fontsize=fontsize)
     ax.tick_params(labelsize=6, length=0)
     ax.set(xlabel=xlabel, ylabel="query step")
+
+
+# --- attention map keys ('layer/head'; memory maps name their head, others are h<i>) ----------
+
+HEAD = re.compile(r"h\d+")
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """'layer/head' -> (layer, head); the layer may itself contain '/'."""
+    layer, _, head = key.rpartition("/")
+    return layer, head
+
+
+def is_memory(key: str) -> bool:
+    """True for maps over memory slots (their head is named, not h<i>)."""
+    return HEAD.fullmatch(split_key(key)[1]) is None

@@ -21,14 +21,14 @@ from ..data.dataset import BatchLoader, KTDataset
 from .common import attention_heatmap, panel_grid
 
 if TYPE_CHECKING:
-    from ..models.gpcm import AttentionGPCM
+    from ..models.gpcm_model import GPCMModel
 
 # --- GPCM parameter recovery: the tables the plots below draw ----------------------------------
 
 
 @torch.no_grad()
 def concept_theta_moments(
-    model: AttentionGPCM,
+    model: GPCMModel,
     data: KTDataset,
     batch_size: int = 128,
     max_len: int = 200,
@@ -56,7 +56,7 @@ def concept_theta_moments(
 
 
 def item_parameter_recovery(
-    model: AttentionGPCM,
+    model: GPCMModel,
     alpha_true: np.ndarray,
     thresholds_true: np.ndarray,
     theta_moments: dict[str, np.ndarray] | None = None,

@@ -1,0 +1,101 @@
+"""Interaction logs: one row per interaction (user, concept, response, optional order columns)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..dataset import KTDataset
+from .tokens import (
+    PathLike,
+    _check_K,
+    _check_responses,
+    _int_column,
+    _parse_ints,
+    _read_csv,
+    _students,
+    _Where,
+)
+
+
+def _labels(col: pd.Series) -> pd.Series | np.ndarray:
+    """Raw ids of a log column: integers if every cell is one (so 2 sorts before 10), else text."""
+    ints = _parse_ints(col.tolist())
+    return col if ints is None else ints
+
+
+def _order_key(col: pd.Series, where: _Where, name: str) -> np.ndarray:
+    """Sort key of the order column: all numbers, else all dates, else the first bad cell."""
+    best = pd.to_numeric(col, errors="coerce")
+    if best.notna().all():
+        return best.to_numpy(dtype=float)
+    for fmt in (None, "ISO8601"):  # one inferred format, else ISO 8601 of any precision
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "could not infer format"
+            dates = pd.to_datetime(col, errors="coerce", utc=True, format=fmt)
+        if dates.notna().all():
+            return dates.astype("int64").to_numpy()
+        if dates.notna().sum() > best.notna().sum():
+            best = dates
+    i = int(np.argmax(best.isna().to_numpy()))
+    raise where.error(
+        i, f"{name} {col.iloc[i]!r} is neither a number nor a date (all of one kind are needed)"
+    )
+
+
+def read_log(
+    path: PathLike,
+    user: str = "user",
+    skill: str = "skill",
+    problem: str | None = None,
+    correct: str = "correct",
+    order: str | None = "order",
+    K: int = 2,
+    uid_offset: int = 0,
+    name: str | None = None,
+) -> KTDataset:
+    """Read an interaction log CSV (one row per interaction); raw ids map to sorted 0-based indices.
+
+    `meta` holds the mappings: `skill_ids[q]` / `problem_ids[pid]` are raw ids, `raw_uid[uid]`
+    the raw user. Ordinal responses need `K`. `order` (numbers or dates) sorts each student's
+    rows; ties and `order=None` keep the file order.
+    """
+    _check_K(K)
+    path = Path(path)
+    cols = [c for c in (user, skill, problem, correct, order) if c is not None]
+    df, lines = _read_csv(path, cols, "interaction rows")
+    where = _Where(path, lines)
+    for c in cols:
+        if (empty := (df[c].str.strip() == "").to_numpy()).any():
+            raise where.error(int(np.argmax(empty)), f"empty value in column {c!r}")
+    r = _int_column(df, correct, where)
+    _check_responses(r, where, K, what=correct)
+    u_code, users = pd.factorize(_labels(df[user]), sort=True)
+    keys = (_order_key(df[order], where, order), u_code) if order else (u_code,)
+    idx = np.lexsort(keys)  # stable: ties in order keep the file order
+    q_code, skills = pd.factorize(_labels(df[skill]), sort=True)
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(u_code, minlength=len(users)))])
+    cut = bounds[1:-1]
+    meta = {
+        "raw_uid": {uid_offset + i: u for i, u in enumerate(users.tolist())},
+        "skill_ids": skills.tolist(),
+    }
+    pid = None
+    if problem:
+        p_code, problems = pd.factorize(_labels(df[problem]), sort=True)
+        pid = np.split(p_code[idx].astype(np.int64), cut)
+        meta["problem_ids"] = problems.tolist()
+    q, rs = np.split(q_code[idx].astype(np.int64), cut), np.split(r[idx], cut)
+    students = _students(np.arange(len(users)), uid_offset, q, rs, pid)  # every user has a row
+    return KTDataset(
+        students,
+        num_c=len(skills),
+        num_pid=len(meta.get("problem_ids", ())),
+        K=K,
+        name=name or path.stem,
+        source=str(path),
+        meta=meta,
+    )

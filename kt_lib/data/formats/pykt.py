@@ -1,0 +1,110 @@
+"""pykt's CSV layout: one row per student (or per window), comma-joined list columns."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+
+from ..dataset import KTDataset
+from .lines import _vocab
+from .tokens import (
+    PathLike,
+    _check_ids,
+    _check_K,
+    _check_responses,
+    _int_column,
+    _nonempty,
+    _read_csv,
+    _read_json,
+    _students,
+    _to_ints,
+    _Where,
+)
+
+_PYKT_INTS = ("concepts", "responses", "questions", "selectmasks")  # list columns parsed as ints
+_PYKT_LISTS = _PYKT_INTS + ("timestamps", "usetimes")  # list columns whose lengths must agree
+
+
+def read_pykt(
+    data_dir: PathLike,
+    which: str = "train_valid",
+    num_c: int | None = None,
+    num_pid: int | None = None,
+    K: int = 2,
+    uid_offset: int = 0,
+    name: str | None = None,
+    n_folds: int = 5,
+) -> KTDataset:
+    """Read a pykt CSV (`train_valid.csv` / `test.csv`, 0-based ids, -1 padding dropped).
+
+    `fold` must lie in 0..n_folds-1 in `train_valid*.csv` (every student there is in a fold) and
+    in -1..n_folds-1 elsewhere (-1: held out).
+    """
+    _check_K(K)
+    data_dir = Path(data_dir)
+    path = data_dir if data_dir.is_file() else data_dir / f"{which.removesuffix('.csv')}.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{data_dir}: no pykt file {path.name!r} (which={which!r})")
+    df, lines = _read_csv(path, ("concepts", "responses"), "student rows")
+    toks, counts = {}, {}
+    for c in (c for c in _PYKT_LISTS if c in df.columns):
+        rows = [s.strip().removesuffix(",").split(",") if s.strip() else [] for s in df[c]]
+        toks[c], counts[c] = rows, np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        if (bad := counts[c] != counts["concepts"]).any():
+            i = int(np.argmax(bad))
+            n_c = counts["concepts"][i]
+            raise ValueError(
+                f"{path} line {lines[i]}: found {counts[c][i]} {c}, but {n_c} concepts"
+            )
+    offsets = np.concatenate([[0], np.cumsum(counts["concepts"])])
+    where = _Where(path, lines, offsets)
+    v = {
+        c: _to_ints(list(itertools.chain.from_iterable(toks[c])), where, c)
+        for c in _PYKT_INTS
+        if c in toks
+    }
+    # pykt pads chunked sequences with -1 (and selectmask -1): padding, not data.
+    keep = v["concepts"] != -1
+    if "selectmasks" in v:
+        keep &= v["selectmasks"] != -1
+    key_path = path.parent / "keyid2idx.json"
+    keys = _read_json(key_path) if key_path.is_file() else {}
+    vocab = {}
+    for c, declared, key in (("concepts", num_c, "num_c"), ("questions", num_pid, "num_pid")):
+        if c not in v:
+            continue
+        if declared is None and isinstance(keys.get(c), dict):
+            declared, src = len(keys[c]), f"{key}={len(keys[c])} (from {key_path.name})"
+        else:
+            src = f"{key}={declared}"
+        ids = np.where(keep, v[c], 0)
+        _check_ids(ids, where, c.removesuffix("s") + " id", 0, declared, src)
+        vocab[c] = _vocab(declared, ids)
+    _check_responses(np.where(keep, v["responses"], 0), where, K)
+    folds = None
+    if "fold" in df.columns:
+        folds = _int_column(df, "fold", _Where(path, lines))
+        # A train_valid student outside the folds would be in train for every fold.
+        lo = 0 if path.stem.startswith("train_valid") else -1
+        msg = f"fold '{{v}}' not in {lo}..{n_folds - 1} (n_folds={n_folds})"
+        _Where(path, lines).first((folds < lo) | (folds >= n_folds), folds, msg)
+    new_offsets = np.concatenate([[0], np.cumsum(keep)])[offsets]
+    cut = new_offsets[1:-1]
+    q, r = np.split(v["concepts"][keep], cut), np.split(v["responses"][keep], cut)
+    pid = np.split(v["questions"][keep], cut) if "questions" in v else None
+    rows = _nonempty(path, np.diff(new_offsets), lines)
+    students = _students(rows, uid_offset, q, r, pid, folds)
+    meta = {}
+    if "uid" in df.columns:
+        meta["raw_uid"] = dict(enumerate(df["uid"].to_numpy()[rows].tolist(), start=uid_offset))
+    return KTDataset(
+        students,
+        num_c=vocab["concepts"],
+        num_pid=vocab.get("questions", 0),
+        K=K,
+        name=name or f"{path.parent.name}/{path.stem}",
+        source=str(path),
+        meta=meta,
+    )

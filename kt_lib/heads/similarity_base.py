@@ -1,0 +1,365 @@
+"""The inter-student head interface (seed 000, Step 2): registries, context, base class, lookup.
+
+# B batch, L steps, D model dim, Dh head dim, F bank folds, M memory slots
+A head receives its slice of Block 3's query projection (Q = W_Q hq) [B, L, Dh] and a
+`HeadContext`, and returns [B, L, Dh]; Block 3 scales it by the head's influence weight (0: the
+head is off and outputs zeros), concatenates it after the intra-student heads, then applies W_O.
+Head types register in `SIMILARITY_HEADS` (the built-in ones in `kt_lib.heads.similarity` and
+`kt_lib.heads.similarity_trajectory`, imported by the `kt_lib.heads` package); `custom` loads
+`module_path`, a dotted path to a `BaseSimilarityHead` subclass. The configuration schema
+(`kt_lib.heads.simakt_schema`) looks classes up here, so it never imports the head modules.
+Content metrics (`METRICS`: cosine, dot, euclidean, learned) score a query against slot keys.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..config import from_dict, require
+from ..memory.banks import Bank, KNNBank, StateSource
+from ..memory.similarity import TEMPORAL_STRATEGIES, build_strategy
+from ..registry import Registry
+from ..seed_warnings import SeedSettingWarning, warn_once
+
+if TYPE_CHECKING:  # annotations only
+    from .simakt_schema import HeadConfig
+
+SIMILARITY_HEADS: Registry = Registry("inter-student head")
+METRICS: Registry = Registry("similarity metric")
+CONTENT = "content"  # strategy name: score the query against projected keys
+# seed 000 names custom modules that do not exist; the workbook ships the same ideas here
+SEED_MODULE_PATHS = {
+    "research.trajectory_similarity.DeepSetSimilarity": "kt_lib.heads.similarity.DeepSetSimilarity"
+}
+
+
+@dataclass
+class HeadContext:
+    """What the inter-student heads read besides their query (current students only)."""
+
+    hq: torch.Tensor  # [B, L, D] Block 1 output
+    hs: torch.Tensor  # [B, L, D] Block 2 output
+    states: torch.Tensor | None  # [B, L, D] trajectory-encoder states (steps <= t at row t)
+    q: torch.Tensor  # [B, L] concept ids
+    fold: torch.Tensor  # [B] bank fold each row reads
+    uid: torch.Tensor | None  # [B] student ids
+    need_weights: bool = False
+    weights: dict[str, torch.Tensor] = field(default_factory=dict)  # head -> [B, L, M]
+
+    def record(self, name: str, w: torch.Tensor) -> None:
+        if self.need_weights:
+            self.weights[f"block3.{name}"] = w.detach()
+
+
+@dataclass
+class BankBuild:
+    """Inputs of `build_bank` for one fold."""
+
+    members: StateSource  # the training students of this bank (other folds), encoded
+    seed: int  # MemoryConfig.seed
+    kmeans_n_init: int  # MemoryConfig.kmeans_n_init
+
+
+def masked_softmax(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dim restricted to `valid`; all-invalid rows give zeros."""
+    w = torch.softmax(scores.masked_fill(~valid, torch.finfo(scores.dtype).min), dim=-1)
+    return w * valid.any(-1, keepdim=True)
+
+
+# -- content metrics ---------------------------------------------------------------------------
+
+
+class Metric(nn.Module):
+    """Content score [B, L, M] (higher: closer) of queries [B, L, Dh] against keys [B, M, Dh]."""
+
+    def __init__(self, d_head: int):
+        super().__init__()
+        self.d_head = d_head
+
+
+@METRICS.register("cosine")
+class Cosine(Metric):
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return F.normalize(query, dim=-1) @ F.normalize(keys, dim=-1).transpose(1, 2)
+
+
+@METRICS.register("dot")
+class ScaledDot(Metric):
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        return query @ keys.transpose(1, 2) * self.d_head**-0.5
+
+
+@METRICS.register("euclidean")
+class NegativeEuclidean(Metric):
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        sq = (
+            query.pow(2).sum(-1, keepdim=True)
+            + keys.pow(2).sum(-1).unsqueeze(1)
+            - 2 * query @ keys.transpose(1, 2)
+        )
+        return -sq.clamp(min=1e-12).sqrt()  # finite gradient at distance 0
+
+
+@METRICS.register("learned")
+class LearnedBilinear(Metric):
+    """cos under a learned bilinear form: q_hat W k_hat^T, W initialised to I (cosine)."""
+
+    def __init__(self, d_head: int):
+        super().__init__(d_head)
+        self.weight = nn.Parameter(torch.eye(d_head))
+
+    def forward(self, query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        q, k = F.normalize(query, dim=-1), F.normalize(keys, dim=-1)
+        return q @ self.weight @ k.transpose(1, 2)
+
+
+# -- the head interface ------------------------------------------------------------------------
+
+
+@dataclass
+class NoParams:
+    """Heads without type-specific parameters."""
+
+
+class BaseSimilarityHead(nn.Module):
+    """Base of every inter-student head; custom heads subclass it.
+
+    Subclasses set `params_cls` (a dataclass, validated from the config), implement
+    `forward(query, ctx)`, and, if they read a bank, set `bank_cls` and implement `build_bank`
+    and `_install` (register the stacked per-fold tensors as non-persistent buffers). Heads that
+    score slots by their trajectories set `reads_trajectories` (every temporal strategy is then
+    available); others list the strategies they implement in `temporal_strategies`.
+    """
+
+    params_cls: ClassVar[type] = NoParams
+    bank_cls: ClassVar[type[Bank] | None] = None  # None: the head reads no bank
+    needs_states: ClassVar[bool] = False  # reads ctx.states whatever its strategy
+    reads_trajectories: ClassVar[bool] = False  # scores slots by a temporal strategy
+    temporal_strategies: ClassVar[tuple[str, ...]] = (CONTENT,)
+    # parameters read under the content strategy only -> the value seed 000's example gives
+    content_params: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, d_model: int, d_head: int, spec: HeadConfig, num_c: int):
+        super().__init__()
+        self.d_model, self.d_head, self.spec, self.num_c = d_model, d_head, spec, num_c
+        self.p = spec.params
+        self.weight = spec.influence_weight  # may be reset by an influence rule (model.prepare)
+        self._banks: list[Bank] | None = None
+
+    # -- configuration hooks (called by kt_lib.heads.simakt_config) ---------------------------
+    @classmethod
+    def supported_strategies(cls) -> list[str]:
+        if cls.reads_trajectories:
+            return [CONTENT, *TEMPORAL_STRATEGIES.names()]
+        return list(cls.temporal_strategies)
+
+    @classmethod
+    def parse_params(cls, raw: dict, where: str, temporal: dict | None) -> Any:
+        """The params dataclass from the head's own fields (`temporal`: its raw temporal_config)."""
+        return from_dict(cls.params_cls, raw, source=where)
+
+    @classmethod
+    def check_temporal(cls, temporal, where: str) -> None:
+        """Raise ValueError for temporal settings this head type cannot honour."""
+
+    @classmethod
+    def check_content_params(
+        cls, given: dict, strategy: str, where: str, seed_example: bool = False
+    ) -> None:
+        """A `content_params` setting (a metric) acts under the content strategy only. Under a
+        temporal strategy the value seed 000's example gives (the default) warns once
+        (SeedSettingWarning) in the seed's own sections (`seed_example`) and passes elsewhere
+        (it is what `to_mapping` writes); any other value is refused."""
+        if strategy == CONTENT:
+            return
+        for key, seed_value in cls.content_params.items():
+            if key not in given:
+                continue
+            msg = (
+                f"{where}{key}={given[key]!r} has no effect under the {strategy} temporal "
+                "strategy: the head scores its slots by comparing trajectories, not by a metric"
+            )
+            if given[key] == seed_value:
+                if seed_example:
+                    warn_once(f"{msg} (seed 000's example sets it; ignored)", SeedSettingWarning, 4)
+                continue
+            raise ValueError(
+                f"{msg}; remove {key}, or set temporal_config: {{strategy: content}} to score "
+                f"slots by {key}"
+            )
+
+    # -- state ----------------------------------------------------------------------------------
+    @property
+    def strategy(self) -> str:
+        return self.spec.temporal.strategy
+
+    @property
+    def active(self) -> bool:
+        return self.weight > 0
+
+    @property
+    def uses_states(self) -> bool:
+        return self.needs_states or (self.reads_trajectories and self.strategy != CONTENT)
+
+    def _strategy_module(self) -> nn.Module | None:
+        """The temporal strategy module of a trajectory-reading head (None: content scores)."""
+        if not self.reads_trajectories or self.strategy == CONTENT:
+            return None
+        return build_strategy(self.strategy, self.d_model, self.spec.temporal)
+
+    @property
+    def banks(self) -> list[Bank]:
+        """Per-fold banks; a clear error while none is built."""
+        if self._banks is None:
+            raise RuntimeError(
+                f"inter-student head {self.spec.name!r} has no memory bank: call "
+                "model.prepare(train) with the training students first (fit does), or load a "
+                "checkpoint saved with its banks"
+            )
+        return self._banks
+
+    @property
+    def has_banks(self) -> bool:
+        return self._banks is not None
+
+    def bank_readers(self) -> list[tuple[str, BaseSimilarityHead]]:
+        """(key suffix, head) of every module under this head that reads a bank."""
+        return [("", self)] if self.bank_cls is not None else []
+
+    def check_ready(self) -> None:
+        """Raise the "no memory bank" error if this head reads a bank that is not built."""
+        if self.bank_cls is not None:
+            self.banks  # noqa: B018 -- the property raises the error
+
+    def build_bank(self, build: BankBuild) -> Bank:
+        raise NotImplementedError(f"{type(self).__name__} reads no bank")
+
+    def install(self, banks: list[Bank]) -> None:
+        """Keep the per-fold banks and put their stacked tensors on the head's device."""
+        self._banks = list(banks)
+        self._install(self._banks)
+
+    def _install(self, banks: list[Bank]) -> None:
+        """Register stacked [F, ...] tensors as buffers (subclasses)."""
+
+    def _buffer(self, name: str, tensors: list[torch.Tensor]) -> None:
+        ref = next(self.parameters(), None)
+        stacked = torch.stack(tensors)
+        if ref is not None:
+            stacked = stacked.to(device=ref.device)
+            if stacked.is_floating_point():
+                stacked = stacked.to(dtype=ref.dtype)
+        self.register_buffer(name, stacked, persistent=False)
+
+    def _padded(self, name: str, tensors: list[torch.Tensor], fill=0) -> None:
+        """Register [F, M, ...] from per-fold tensors of unequal length M_f (padded with fill)."""
+        M = max(len(t) for t in tensors)
+        pad = [torch.cat([t, t.new_full((M - len(t), *t.shape[1:]), fill)]) for t in tensors]
+        self._buffer(name, pad)
+
+    def _install_entries(self, banks: list[KNNBank], k: int, what: str) -> None:
+        """Entries of per-fold KNN banks, padded to one size; `k` must fit the smallest."""
+        smallest = min(len(b.uids) for b in banks)
+        if k > smallest:
+            raise ValueError(
+                f"{what}={k} is larger than the bank: head {self.spec.name!r} has a fold bank "
+                f"of {smallest} entries"
+            )
+        self._padded("entries", [b.encodings for b in banks])  # [F, M, D]
+        ones = [torch.ones(len(b.uids), dtype=torch.bool) for b in banks]
+        self._padded("entry_valid", ones, False)  # [F, M]
+        self._padded("entry_uids", [b.uids for b in banks], -1)  # [F, M]
+
+    def trajectory_similarity(
+        self, states: torch.Tensor, fold: torch.Tensor, sequences: torch.Tensor, valid: torch.Tensor
+    ) -> torch.Tensor:
+        """Temporal-strategy similarity [B, L, M] of each row to the slots of its own fold."""
+        B, L, _ = states.shape
+        out = states.new_zeros(B, L, sequences.shape[1])
+        for f in fold.unique().tolist():  # F is small (2 by default); rows are vectorised
+            rows = (fold == f).nonzero(as_tuple=True)[0]
+            out[rows] = self.temporal(states[rows], sequences[f], valid[f]).to(
+                out.dtype
+            )  # under autocast the similarity may come back in bfloat16
+        return out
+
+    def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
+        raise NotImplementedError
+
+
+@dataclass
+class HybridParams:
+    """Hybrid head settings (seed 000: HybridSimilarityModule(modules, weights))."""
+
+    modules: list[Any] = field(default_factory=list)  # HeadConfig of each mixed head
+    weights: list[float] | None = None  # initial mixing logits (None: equal)
+
+    def validate(self) -> None:
+        require(len(self.modules) >= 1, "a hybrid head needs at least one module")
+        if self.weights is not None:
+            numbers = all(type(w) in (int, float) for w in self.weights)
+            require(
+                numbers and len(self.weights) == len(self.modules),
+                f"weights must be {len(self.modules)} numbers (one per module), got {self.weights}",
+            )
+
+
+# -- lookup ------------------------------------------------------------------------------------
+
+
+def valid_types() -> list[str]:
+    return sorted([*SIMILARITY_HEADS, "custom"])
+
+
+def import_head_class(path: str, where: str = "") -> type[BaseSimilarityHead]:
+    """The class at dotted `path`; it must subclass BaseSimilarityHead."""
+    module_name, _, cls_name = str(path).rpartition(".")
+    if not module_name:
+        raise ValueError(f"{where}module_path {path!r} is not a dotted path 'package.module.Class'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(
+            f"{where}module_path {path!r}: cannot import {module_name!r} ({exc})"
+        ) from None
+    obj = getattr(module, cls_name, None)
+    if obj is None:
+        raise ValueError(f"{where}module_path {path!r}: {module_name!r} has no {cls_name!r}")
+    if not (
+        isinstance(obj, type)
+        and issubclass(obj, BaseSimilarityHead)
+        and obj is not BaseSimilarityHead
+    ):
+        raise ValueError(
+            f"{where}module_path {path!r} is not a subclass of kt_lib.heads."
+            "similarity.BaseSimilarityHead; custom heads must subclass it"
+        )
+    return obj
+
+
+def head_class(spec: HeadConfig, where: str = "") -> type[BaseSimilarityHead]:
+    """Registry lookup, or the custom class named by `module_path`."""
+    return head_class_of(spec.type, spec.module_path, where)
+
+
+def head_class_of(type_: str, module_path: str | None, where: str = "") -> type[BaseSimilarityHead]:
+    """The head class of a type name (and, for `custom`, its module path)."""
+    if type_ == "custom":
+        if not module_path:
+            raise ValueError(
+                f"{where}a custom head needs module_path: 'package.module.Class' "
+                "(a subclass of BaseSimilarityHead)"
+            )
+        return import_head_class(module_path, where)
+    if type_ not in SIMILARITY_HEADS:
+        raise ValueError(
+            f"{where}unknown inter-student head type {type_!r}; valid types: "
+            f"{', '.join(valid_types())}"
+        )
+    return SIMILARITY_HEADS[type_]
