@@ -18,6 +18,7 @@ import argparse
 import datetime as dt
 import html
 import json
+import os
 import re
 import sys
 import time
@@ -95,8 +96,9 @@ SUMMARY_TAG = "summary"
 
 
 def relative_paths(notebook: Path) -> None:
-    """Papermill records the absolute input/output paths of the machine that ran a notebook;
-    committed notebooks carry them relative to the workbook instead."""
+    """Papermill records the absolute input/output paths of the machine that ran a notebook, and
+    warnings print the absolute path of the file that raised them; committed notebooks carry
+    both relative to the workbook instead."""
     nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
     meta = nb.get("metadata", {}).get("papermill", {})
     for key in ("input_path", "output_path"):
@@ -105,6 +107,13 @@ def relative_paths(notebook: Path) -> None:
                 meta[key] = str(Path(meta[key]).resolve().relative_to(ROOT))
             except ValueError:
                 meta[key] = Path(meta[key]).name
+    prefix = str(ROOT) + os.sep
+    for cell in nb.get("cells", []):
+        for output in cell.get("outputs", []):
+            if "text" in output:
+                text = output["text"]
+                lines = text if isinstance(text, list) else [text]
+                output["text"] = [line.replace(prefix, "") for line in lines]
     Path(notebook).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 

@@ -251,6 +251,31 @@ def test_committed_notebooks_carry_no_absolute_papermill_paths():
             assert not str(meta.get(key, "")).startswith("/"), (path.name, key, meta[key])
 
 
+def test_committed_outputs_carry_no_absolute_source_paths(tmp_path):
+    """Warnings print the absolute path of the file that raised them; `reports run --inplace`
+    writes them relative to the workbook, and no committed output names a machine's folders."""
+    import json
+    import re
+
+    from kt_lib import reports
+
+    where = re.compile(r"(?<![\w.])/[\w.-]+(?:/[\w.-]+)*\.py:\d+:")
+    for path in sorted(reports.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            for out in cell.get("outputs", []):
+                text = "".join(out.get("text", []))
+                assert not where.search(text), (path.name, where.search(text).group(0))
+    nb = {
+        "cells": [{"cell_type": "code", "outputs": [{"name": "stderr", "output_type": "stream",
+                   "text": [f"{reports.ROOT}/kt_lib/x.py:3: UserWarning: w\n"]}]}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    }  # fmt: skip
+    (tmp_path / "n.ipynb").write_text(json.dumps(nb))
+    reports.relative_paths(tmp_path / "n.ipynb")
+    out = json.loads((tmp_path / "n.ipynb").read_text())["cells"][0]["outputs"][0]["text"]
+    assert out == ["kt_lib/x.py:3: UserWarning: w\n"]
+
+
 def test_papermill_parses_every_parameter_cell_without_warnings(caplog):
     """Papermill logs 'Unable to parse line ...' for a parameter line it cannot read (an '=' in
     the comment did it): such a parameter would be silently dropped from the report's record."""

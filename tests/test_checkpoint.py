@@ -71,9 +71,7 @@ def test_pt_of_another_epoch_is_refused(model, tmp_path):
         load_checkpoint(tmp_path / "a" / "m")
 
 
-def test_save_interrupted_between_pt_and_json_loads_the_previous_pair(
-    model, tmp_path, monkeypatch
-):
+def test_save_interrupted_between_pt_and_json_loads_the_previous_pair(model, tmp_path, monkeypatch):
     """The .json still names the previous .pt, kept as <prefix>.prev.pt: that pair loads; without
     it (removed by hand) the torn pair is refused, never loaded."""
     save_model(tmp_path / "m", model, {"epoch": 1})
