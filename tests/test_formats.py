@@ -534,6 +534,12 @@ def test_bundle_synthetic():
     _assert_bundle(b)
 
 
+def test_bundle_refuses_a_folder_with_synthetic(tmp_path):
+    """The simulator would ignore the folder, and the runs would carry the folder's name."""
+    with pytest.raises(ValueError, match="with data_format='synthetic': the simulator would"):
+        load_bundle(tmp_path, "synthetic")
+
+
 # --- the real datasets (MANIFEST.md figures) --------------------------------------------------
 
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"{DATA} absent")

@@ -230,6 +230,12 @@ def load_bundle(
         raise ValueError(f"unknown data_format {data_format!r}; expected one of {formats}")
     if data_dir is None and data_format != "synthetic":
         raise ValueError(f"data_format={data_format!r} needs data_dir")
+    if data_dir is not None and data_format == "synthetic":
+        raise ValueError(
+            f"data_dir={str(data_dir)!r} with data_format='synthetic': the simulator would ignore "
+            "the folder; pass data_dir=None for simulated data, or the folder's format (auto, "
+            "line3, line4, pykt, log)"
+        )
     d = None if data_dir is None else Path(data_dir)
     auto = data_format == "auto"
     if auto:
