@@ -18,16 +18,15 @@ from typing import Any
 
 from .fileio import (
     atomic_write_bytes,
-    keep_copy,
     load_json,
     load_tensors,
-    previous_path,
     read_pair,
     save_json,
     save_tensors,
-    sha256_bytes,
     tensor_bytes,
+    write_pair,
 )
+from .heads.simakt_config import files_named, refuse_untrusted_config
 from .models import build_model
 from .trust import TRUSTED_PREFIX, code_named, refuse_untrusted_code
 
@@ -48,20 +47,15 @@ __all__ = [
 
 def save_model(path: str | Path, model, meta: dict | None = None, optimizer=None) -> None:
     """Write `<path>.pt` (state dict, extra state, optimizer), then `<path>.json` (name, config,
-    `meta` and `pt_sha256`, the SHA-256 of the `.pt` bytes)."""
-    path = Path(path)
+    `meta` and `pt_sha256`, the SHA-256 of the `.pt` bytes): `kt_lib.fileio.write_pair`."""
     tensors = {"model": model.state_dict(), "extra": model.extra_state()}
     if optimizer is not None:
         tensors["optimizer"] = optimizer.state_dict()
-    data = tensor_bytes(tensors)
-    pt, prev = path.with_suffix(".pt"), previous_path(path)
-    if pt.exists():  # the .json still names this .pt until it is replaced: keep it reachable
-        keep_copy(pt, prev)
-    atomic_write_bytes(pt, lambda f: f.write(data))
-    info = {"model": model.registry_name, "config": asdict(model.config), **(meta or {})}
-    info["pt_sha256"] = sha256_bytes(data)
-    save_json(path.with_suffix(".json"), info)  # the commit point: the new pair is whole
-    prev.unlink(missing_ok=True)
+    config = asdict(model.config)
+    if files_named(config):  # a SimAKT config read from a file: store what was read, so the
+        config["similarity"] = model.config.similarity_config().to_mapping()  # file can't move it
+    info = {"model": model.registry_name, "config": config, **(meta or {})}
+    write_pair(path, tensor_bytes(tensors), info)
 
 
 def load_checkpoint(path: str | Path, map_location="cpu") -> tuple[dict, dict[str, Any]]:
@@ -73,9 +67,10 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> tuple[dict, dict[st
 def load_model(path: str | Path, map_location="cpu", trust_code: bool = False):
     """Rebuild a registered model from `save_model` files; returns (model, meta, tensors).
     A checkpoint whose config names a module outside kt_lib (a custom SimAKT head's
-    `module_path`) is refused unless `trust_code=True`: nothing is imported before that check."""
+    `module_path`) or a SimAKT config file outside the shipped presets is refused unless
+    `trust_code=True`: nothing is read or imported before that check."""
     meta, tensors = load_checkpoint(path, map_location)
-    refuse_untrusted_code(meta.get("config"), Path(path).with_suffix(".json"), trust_code)
+    refuse_untrusted_config(meta.get("config"), Path(path).with_suffix(".json"), trust_code)
     model = build_model(meta["model"], meta["config"])
     model.load_state_dict(tensors["model"])
     model.load_extra_state(tensors.get("extra", {}))

@@ -143,6 +143,29 @@ def keep_copy(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
+def write_pair(path: str | Path, data: bytes, meta: dict) -> None:
+    """Write `data` to `<path>.pt`, then `meta` + `pt_sha256` to `<path>.json` (the commit point),
+    so that a kill at any instant leaves a whole pair: the `.pt` the `.json` names stays reachable
+    as `<prefix>.prev.pt` until the new `.json` is written. A `.pt` left by an earlier killed save
+    (one the `.json` does not name) is not kept: the `.prev.pt` the `.json` names stays."""
+    path = Path(path)
+    pt, js, prev = path.with_suffix(".pt"), path.with_suffix(".json"), previous_path(path)
+    if pt.exists() and _named_by_json(pt, js):
+        keep_copy(pt, prev)
+    atomic_write_bytes(pt, lambda f: f.write(data))
+    save_json(js, {**meta, "pt_sha256": sha256_bytes(data)})
+    prev.unlink(missing_ok=True)
+
+
+def _named_by_json(pt: Path, js: Path) -> bool:
+    """Whether `js` names these `pt` bytes (or records no hash: a pair from before hashes)."""
+    try:
+        expected = load_json(js).get("pt_sha256")
+    except (OSError, ValueError):
+        return False
+    return expected is None or sha256_bytes(read_bytes(pt)) == expected
+
+
 def read_pair(path: str | Path, map_location="cpu") -> tuple[dict, dict[str, Any]]:
     """(meta, tensors) of a `.pt`/`.json` pair, after checking the `.pt` against the `.json`.
 

@@ -11,7 +11,7 @@ import stat
 import pytest
 import torch
 
-import kt_lib.checkpoint as ckpt
+import kt_lib.fileio as fileio
 from kt_lib.checkpoint import (
     load_checkpoint,
     load_json,
@@ -80,7 +80,7 @@ def test_save_interrupted_between_pt_and_json_loads_the_previous_pair(model, tmp
     def killed(path, obj):
         raise KeyboardInterrupt  # the process dies after the .pt rename, before the .json
 
-    monkeypatch.setattr(ckpt, "save_json", killed)
+    monkeypatch.setattr(fileio, "save_json", killed)
     _bump(model)
     with pytest.raises(KeyboardInterrupt):
         save_model(tmp_path / "m", model, {"epoch": 2})
@@ -265,3 +265,88 @@ def test_a_save_killed_at_any_step_leaves_a_whole_checkpoint(tmp_path, monkeypat
         assert torch.equal(v, want[k]), (kill_at, k)
     save_model(tmp_path / "m", model, {"epoch": 2})
     assert load_checkpoint(tmp_path / "m")[0]["epoch"] == 2
+
+
+def test_a_checkpoint_reading_a_config_file_is_refused_without_trust_code(tmp_path, monkeypatch):
+    """A SimAKT checkpoint whose config points at a YAML file (which may name code) is refused
+    before the file is read; a model built from a file saves what it read, so its checkpoint
+    needs no file and no flag."""
+    import sys
+
+    import yaml
+
+    from kt_lib.checkpoint import load_model, save_model
+    from tests.test_simakt import OTHER_HEADS, random_batch, simakt, students
+
+    train = students()
+    model = simakt(OTHER_HEADS, train)
+    mapping = model.config.similarity_config().to_mapping()
+    (tmp_path / "sim.yaml").write_text(yaml.safe_dump(mapping))
+    from_file = simakt(str(tmp_path / "sim.yaml"), train)
+    save_model(tmp_path / "from_file", from_file)
+    saved = json.loads((tmp_path / "from_file.json").read_text())["config"]["similarity"]
+    assert isinstance(saved, dict)  # the file's content, not its path
+    (tmp_path / "sim.yaml").unlink()
+    loaded, _, _ = load_model(tmp_path / "from_file")  # no file, no flag needed
+    batch = random_batch(8, B=3, L=16, num_pid=train.num_pid, seed=0)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval()(batch).logits, from_file.eval()(batch).logits)
+
+    (tmp_path / "kt_probe_head2.py").write_text(PROBE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    probe = json.loads(json.dumps(mapping).replace(
+        "kt_lib.heads.similarity.DeepSetSimilarity", "kt_probe_head2.ProbeHead"
+    ))  # fmt: skip
+    (tmp_path / "probe.yaml").write_text(yaml.safe_dump(probe))
+    meta = json.loads((tmp_path / "from_file.json").read_text())
+    for similarity in (str(tmp_path / "probe.yaml"), {"base": str(tmp_path / "probe.yaml")}):
+        meta["config"]["similarity"] = similarity
+        (tmp_path / "probe.json").write_text(json.dumps(meta))
+        shutil.copy(tmp_path / "from_file.pt", tmp_path / "probe.pt")
+        with pytest.raises(PermissionError, match=r"probe\.yaml.*trust_code=True"):
+            load_model(tmp_path / "probe")
+        assert "kt_probe_head2" not in sys.modules
+    sys.modules.pop("kt_probe_head2", None)
+
+
+@pytest.mark.parametrize("kill_at", range(4))
+def test_a_second_kill_after_a_killed_save_still_leaves_a_whole_checkpoint(
+    tmp_path, monkeypatch, kill_at
+):
+    """Save 1 dies between its .pt and its .json (the .json names the kept .prev.pt); save 2
+    dies at each of its file operations: the orphan .pt of save 1 never replaces the kept copy,
+    so the last whole checkpoint (epoch 0, or save 2's) still loads."""
+    from kt_lib.checkpoint import load_checkpoint, save_model
+
+    torch.manual_seed(0)
+    model = build_model("sakt", preset="tiny", dataset=make_tiny_dataset(n=4))
+    save_model(tmp_path / "m", model, {"epoch": 0})
+
+    def killed(path, obj):
+        raise KeyboardInterrupt("killed")
+
+    _bump(model)
+    monkeypatch.setattr(fileio, "save_json", killed)
+    with pytest.raises(KeyboardInterrupt):
+        save_model(tmp_path / "m", model, {"epoch": 1})
+    monkeypatch.undo()
+    calls = {"n": 0}
+
+    def dying(fn):
+        def run(*a, **kw):
+            if calls["n"] == kill_at:
+                raise KeyboardInterrupt("killed")
+            calls["n"] += 1
+            return fn(*a, **kw)
+
+        return run
+
+    for name in ("replace", "link", "unlink"):
+        monkeypatch.setattr(os, name, dying(getattr(os, name)))
+    _bump(model)
+    try:
+        save_model(tmp_path / "m", model, {"epoch": 2})
+    except KeyboardInterrupt:
+        pass
+    monkeypatch.undo()
+    assert load_checkpoint(tmp_path / "m")[0]["epoch"] in (0, 2)

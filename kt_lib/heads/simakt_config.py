@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 from ..config import read_mapping, require
+from ..trust import refuse_untrusted_code
 from .simakt_parse import (
     STEP1_KEYS,
     STEP2_KEYS,
@@ -140,6 +142,36 @@ def _resolve(spec: str | Path) -> tuple[dict, str, str | None]:
     )
 
 
+def files_named(data: Any) -> list[str]:
+    """Every similarity reference in a loaded JSON structure (`similarity: X`, `base: X`) that is
+    not a shipped preset: a file that building from this structure would read, and which may
+    name code to import (and may have changed since the structure was written)."""
+    presets, found = set(list_simakt_presets()), []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if k in ("similarity", "base") and isinstance(v, str) and v not in presets:
+                found.append(v)
+            else:
+                found += files_named(v)
+    elif isinstance(data, list):
+        for v in data:
+            found += files_named(v)
+    return found
+
+
+def refuse_untrusted_config(data: Any, source: str | Path, trust_code: bool) -> None:
+    """`refuse_untrusted_code`, and also refuse a loaded structure that reads a SimAKT config
+    file outside the shipped presets (that file may name code), unless `trust_code=True`."""
+    refuse_untrusted_code(data, source, trust_code)
+    files = files_named(data)
+    if files and not trust_code:
+        raise PermissionError(
+            f"{source}: reads SimAKT config file(s) {', '.join(sorted(set(files)))}, which may "
+            "name code to import; loading it would read them. Pass trust_code=True if you trust "
+            "this file and those it names."
+        )
+
+
 def load_simakt_configs(spec: str | Path | dict, warn: bool = True) -> dict[str, SimilarityConfig]:
     """Every config of a file, preset or mapping, by name (one config: under its file stem)."""
     data, source, _ = (spec, "similarity", None) if isinstance(spec, dict) else _resolve(spec)
@@ -176,6 +208,8 @@ def load_simakt_config(
 
 __all__ = [
     "PRESET_DIR",
+    "files_named",
+    "refuse_untrusted_config",
     "content_temporal",
     "HeadConfig",
     "InfluenceRule",

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..data.dataset import KTDataset
-from ..fileio import atomic_write_bytes, read_pair, save_json, sha256_bytes, tensor_bytes
+from ..fileio import read_pair, tensor_bytes, write_pair
 
 
 def dataset_name(data: KTDataset) -> str:
@@ -50,9 +50,6 @@ def write_banks(
 ) -> None:
     """Write the bank tensors to `<path>.pt`, then `meta` (+ the training students it was built
     from and the `.pt`'s SHA-256) to `<path>.json`."""
-    path = Path(path)
-    data = tensor_bytes(state)
-    atomic_write_bytes(path.with_suffix(".pt"), lambda f: f.write(data))
     meta = dict(meta)
     if train is not None:
         meta.update(
@@ -60,8 +57,7 @@ def write_banks(
             train_students=len(train),
             train_sha256=students_sha256(train),
         )
-    meta["pt_sha256"] = sha256_bytes(data)
-    save_json(path.with_suffix(".json"), meta)
+    write_pair(path, tensor_bytes(state), meta)  # kill-safe, as model checkpoints
 
 
 def read_banks(

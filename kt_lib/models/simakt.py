@@ -41,12 +41,12 @@ from ..heads.simakt_config import (
     SimilarityConfig,
     list_simakt_presets,
     load_simakt_config,
+    refuse_untrusted_config,
 )
 from ..heads.similarity import BankBuild, HeadContext, InterStudentHeads
 from ..memory.bank_files import bank_file, dataset_name, read_banks, write_banks
 from ..memory.banks import Bank, FoldAssignment
 from ..memory.encoders import EncodedSet, build_encoder, encode_dataset
-from ..trust import refuse_untrusted_code
 from .base import register
 from .dtransformer import DTransformer, DTransformerConfig, ExtraHeads
 
@@ -316,9 +316,7 @@ class SimAKT(DTransformer):
         similarity config names a module outside kt_lib is refused without `trust_code`."""
 
         def old_signature(meta: dict) -> dict:  # written before the typed config
-            refuse_untrusted_code(
-                meta.get("similarity"), Path(path).with_suffix(".json"), trust_code
-            )
+            refuse_untrusted_config(meta, Path(path).with_suffix(".json"), trust_code)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 return load_simakt_config(meta["similarity"]).bank_signature()
