@@ -18,6 +18,22 @@ def test_fold_plan(tmp_path):
     assert fold_plan("line3", 0, [3]) == [(None, 3)]
     (tmp_path / "x_train.csv").write_text("")  # a line3 folder without fold files: seeds
     assert fold_plan("line3", 5, [0, 1], tmp_path) == [(None, 0), (None, 1)]
+
+
+def test_fold_plan_of_auto_plans_the_detected_layouts_folds(tmp_path):
+    """A folder given without a format (auto) gets the folds of the layout it holds, as the
+    same folder named line3 does; a folder without fold files gets seeds."""
+    from kt_lib.data import simulate, write_line3
+
+    sim = simulate(num_students=20, seq_len=8, num_c=4, seed=0).data
+    for name in ("x_train.csv", "x_test.csv", "x_train1.csv", "x_valid1.csv", "x_train2.csv",
+                 "x_valid2.csv"):  # fmt: skip
+        write_line3(sim, tmp_path / name)
+    assert fold_plan("auto", 2, [0, 1], tmp_path) == fold_plan("line3", 2, [0, 1], tmp_path)
+    assert fold_plan("auto", 2, [0, 1], tmp_path) == [(1, 0), (2, 0)]
+    for name in ("x_train1.csv", "x_valid1.csv", "x_train2.csv", "x_valid2.csv"):
+        (tmp_path / name).unlink()
+    assert fold_plan("auto", 2, [0, 1], tmp_path) == [(None, 0), (None, 1)]
     (tmp_path / "x_train1.csv").write_text("")
     assert fold_plan("line3", 2, [0, 1], tmp_path) == [(1, 0), (2, 0)]
 
@@ -56,3 +72,13 @@ def test_run_keys_of_plain_models_are_unchanged():
     assert key == "assist2009/dkt/fold=1/seed=0/paper/" + key.rsplit("/", 1)[1]
     assert key.rsplit("/", 1)[1] == run_key("x", "y", None, 1, "tiny", {
         "model": {}, "train": {"lr": 1e-3}}).rsplit("/", 1)[1]  # fmt: skip
+
+
+def test_a_plan_built_directly_keys_its_histories_as_of_does():
+    from kt_lib.runs.data import DataSpec
+    from kt_lib.runs.plan import LeaderboardPlan
+
+    direct = LeaderboardPlan((DataSpec(),), ("dkt",), histories=("sliding",))
+    made = LeaderboardPlan.of([(None, None)], ["dkt"], histories=["sliding"])
+    assert direct.histories == made.histories == ("window", "sliding")
+    assert [r.key for r in direct.runs()] == [r.key for r in made.runs()]

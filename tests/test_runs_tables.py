@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import math
 
+import pandas as pd
+
+from kt_lib.runs import tables
 from kt_lib.runs.tables import format_mean_std, mean_std, throughput, to_markdown
 
 
@@ -35,3 +38,18 @@ def test_throughput(tmp_path):
     )
     speed = throughput(bench)
     assert list(speed.index) == ["dkt"] and speed.loc["dkt", "inference_interactions_per_s"] == 9
+
+
+def test_a_cell_mixing_presets_is_split_not_averaged():
+    """One tiny and one paper run of the same model on the same data are two rows."""
+    table = pd.DataFrame(
+        {
+            "dataset": ["a09", "a09", "a09"],
+            "model": ["akt", "akt", "dkt"],
+            "preset": ["tiny", "paper", "paper"],
+            "test_auc": [0.70, 0.81, 0.80],
+        }
+    )
+    board = tables.leaderboard(table, published=False).reset_index()
+    assert board["model"].tolist() == ["akt [tiny]", "akt [paper]", "dkt"]
+    assert board["auc"].tolist() == ["0.7000", "0.8100", "0.8000"]

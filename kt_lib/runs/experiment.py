@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
@@ -161,7 +162,11 @@ def _parser() -> argparse.ArgumentParser:
         "else synthetic)",
     )
     p.add_argument("--fold", type=int, default=None)
-    p.add_argument("--preset", default=DEFAULT_PRESET, help="tiny | default | paper | a named one")
+    p.add_argument(
+        "--preset",
+        default=None,
+        help=f"tiny | default | paper | a named one (default: {DEFAULT_PRESET}, smoke-sized)",
+    )
     p.add_argument(
         "--recipe",
         default="workbook",
@@ -210,6 +215,14 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         p.error(str(exc))
     a.data_format = data.data_format
+    if a.preset is None:
+        a.preset = DEFAULT_PRESET
+        if not data.synthetic:
+            print(
+                f"note: no --preset, so every model is {DEFAULT_PRESET!r} (smoke-sized); pass "
+                "--preset paper for the published sizes",
+                file=sys.stderr,
+            )
     given = dict(epochs=a.epochs, patience=a.patience, batch_size=a.batch_size, lr=a.lr)
     given = {k: v for k, v in given.items() if v is not None}
     if a.recipe == "workbook":

@@ -89,11 +89,6 @@ def _scalar(v) -> bool:
     return v is None or isinstance(v, (bool, int, float, str))
 
 
-def cell_factors(cell: Mapping | Cell) -> dict:
-    """The cell's factor columns: its `factors` plus its scalar overrides."""
-    return Cell.parse(cell, 0).columns()
-
-
 def run_grid(
     cells: list,
     bundle,

@@ -173,9 +173,9 @@ def check_plan(
             row.update(error=None, warnings="")
             t0 = time.perf_counter()
             try:
-                with warnings.catch_warnings(record=True) as caught:
+                with warnings.catch_warnings(record=True) as caught, torch.random.fork_rng():
                     warnings.simplefilter("always")
-                    torch.manual_seed(data.seed)
+                    torch.manual_seed(data.seed)  # inside fork_rng: the caller's RNG stays
                     model = build_model(base, dataset=train, preset=plan.preset, **fields)
                     model.prepare(train)
                     model.train()

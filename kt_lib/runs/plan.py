@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..data.formats.detect import detect_format
 from ..train import TrainConfig
 from .data import DataSpec
 from .execute import train_settings
@@ -56,10 +57,13 @@ def fold_plan(
 ) -> list[tuple[int | None, int]]:
     """(fold, seed) of each run: the files' `folds` folds with the first seed where the format
     has folds (line3/line4: 1..k, pykt: 0..k-1), folds > 0 and `data_dir` (when given) has the
-    fold files; else every seed without a fold."""
+    fold files; else every seed without a fold. `auto` plans the folds of the layout detected in
+    `data_dir`."""
     seeds = list(seeds)
     if not seeds:
         raise ValueError("fold_plan needs at least one seed")
+    if data_format == "auto" and data_dir is not None:  # the folds of the layout it holds
+        data_format = detect_format(data_dir)
     if folds > 0 and data_format in FOLD_BASE and has_fold_files(data_dir, data_format):
         base = FOLD_BASE[data_format]
         return [(base + k, seeds[0]) for k in range(folds)]
@@ -102,6 +106,9 @@ class LeaderboardPlan:
     simulator: dict = field(default_factory=dict)
     settings: ModelSettings = field(default_factory=ModelSettings)
     histories: tuple[str, ...] = ("window",)
+
+    def __post_init__(self) -> None:  # the default history is always scored: say so in the key
+        object.__setattr__(self, "histories", tuple(dict.fromkeys(("window", *self.histories))))
 
     @classmethod
     def of(

@@ -58,6 +58,13 @@ def leaderboard(
     """'mean ± std' per (dataset, model) over seeds and folds, runs (and failed runs), mean
     training and wall seconds, the devices and commits the runs record and, with `published`,
     the published AUCs of the same dataset and model."""
+    if "preset" in table:  # a cell mixing model sizes is split by preset, never averaged
+        mixed = table.groupby(["dataset", "model"])["preset"].transform("nunique") > 1
+        if mixed.any():
+            table = table.copy()
+            table.loc[mixed, "model"] = (
+                table.loc[mixed, "model"] + " [" + table.loc[mixed, "preset"].astype(str) + "]"
+            )
     metrics = [m for m in metrics if m in table]
     # the same metrics under the other evaluation protocols, side by side (test_auc@per_row/...)
     metrics += [c for c in table.columns if "@" in c and c.split("@")[0] in metrics]

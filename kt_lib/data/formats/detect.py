@@ -189,3 +189,8 @@ def _detect(d: Path, kw: dict) -> tuple[str, str]:
         f"{d}: data_format='auto' found no layout it knows: no train_valid.csv (pykt), no "
         f"train/test files ({_FOLDER_HELP}), not one *.csv (interaction log)"
     )
+
+
+def detect_format(data_dir: str | Path, **kw) -> str:
+    """The layout `data_format='auto'` reads in `data_dir`: line3, line4, pykt or log."""
+    return _detect(Path(data_dir), dict(kw))[0]
