@@ -1,4 +1,5 @@
-"""Shared fixtures: a seed, tiny datasets, the path of the real data (tests skip without it)."""
+"""Shared fixtures: a seed, tiny datasets, the path of the real data (tests skip without it),
+closing figures after plotting tests."""
 
 from __future__ import annotations
 
@@ -55,3 +56,12 @@ def _fresh_seed_warnings(monkeypatch):
     from kt_lib import seed_warnings
 
     monkeypatch.setattr(seed_warnings, "_SEEN", set())
+
+
+@pytest.fixture
+def close_figures():
+    """Close every figure a plotting test opened (used by the tests/test_viz_*.py files)."""
+    yield
+    import matplotlib.pyplot as plt
+
+    plt.close("all")

@@ -171,3 +171,30 @@ def test_factory_basic_and_errors():
         50, 4, attention_config=AttentionConfig(embed_dim=16, n_heads=2, n_cats=4)
     )
     assert model.config.d == 16 and model.config.n_heads == 2
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("learning_rate", -1, "must be a finite number > 0, got -1"),
+        ("learning_rate", "1e-3", r"must be a finite number > 0, got '1e-3' \(YAML reads"),
+        ("epochs", "many", "must be an integer >= 1, got 'many'"),
+        ("epochs", 2.5, "must be an integer >= 1"),
+        ("batch_size", 0, "must be an integer >= 1, got 0"),
+        ("batch_size", True, "must be an integer >= 1, got True"),
+        ("mixed_precision", "yes please", "must be true or false"),
+    ],
+)
+def test_seed_ordinal_yaml_training_section_is_checked(tmp_path, field, value, message):
+    import yaml
+
+    from kt_lib.models.gpcm import load_seed_config
+
+    raw = {"model": {"n_questions": 10, "n_responses": 4}, "training": {field: value}}
+    path = tmp_path / "seed.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match=rf"seed\.yaml: training\.{field} {message}"):
+        load_seed_config(path)
+    raw["training"] = {"learning_rate": 0.01, "batch_size": 8, "epochs": 3}
+    path.write_text(yaml.safe_dump(raw))
+    assert load_seed_config(path).train == {"lr": 0.01, "batch_size": 8, "epochs": 3}

@@ -237,6 +237,57 @@ def test_seed_sakt_ranges_are_inclusive_and_invalid_values_raise():
             SAKT(NUM_C, **kw)
 
 
+def test_sakt_seed_interface_example_and_validation():
+    torch.manual_seed(0)
+    model = SAKT(number_questions=100, d=256, num_heads=8, dropout=0.1).eval()
+    prob = model(torch.tensor([[1, 2, 3]]), torch.tensor([[1, 0, 1]]), torch.tensor([[4]]))
+    assert prob.shape == (1, 1, 1) and 0 < prob.item() < 1
+    bad = [
+        (([[1, 2]], [[1, 0, 1]], [[4]]), "same shape"),
+        (([[1, 200, 3]], [[1, 0, 1]], [[4]]), r"q\[0, 1\] = 200 is outside \[0, 99\]"),
+        (([[1, 2, 3]], [[1, 0, 1]], [[-1]]), r"qry\[0, 0\] = -1"),
+        (([[1, 2, 3]], [[1, 2, 1]], [[4]]), r"r\[0, 1\] = 2 is outside \{0, 1\}"),
+    ]
+    for (q, r, qry), msg in bad:
+        with pytest.raises(ValueError, match=msg):
+            model(torch.tensor(q), torch.tensor(r), torch.tensor(qry))
+    with pytest.raises(ValueError, match="max_seq_len"):
+        long = torch.zeros(1, 201, dtype=torch.long)
+        model(long, long, long[:, :1])
+    with pytest.raises(ValueError, match="integer"):
+        model(torch.zeros(1, 3), torch.zeros(1, 3).long(), torch.zeros(1, 1).long())
+
+
+def test_sakt_seed_interface_shares_registry_weights():
+    torch.manual_seed(0)
+    reg = build_model("sakt", preset="tiny", num_c=10).eval()
+    public = SAKT.from_model(reg).eval()
+    b = random_batch(10, B=3, L=8, ragged=False)
+    # registry logits at t (reads < t) == public query at t+1 over history [0..t]
+    with torch.no_grad():
+        want = torch.sigmoid(reg(b).logits[:, 1:])
+        got = public(b.q[:, :-1], b.r[:, :-1], b.q[:, 1:]).squeeze(-1)
+    assert torch.allclose(want, got, atol=1e-6)
+
+
+def test_sakt_public_is_causal_over_history():
+    torch.manual_seed(0)
+    model = SAKT(20, d=16, num_heads=2).eval()
+    q, r = torch.randint(0, 20, (2, 10)), torch.randint(0, 2, (2, 10))
+    base = model(q, r, q)
+    r2 = r.clone()
+    r2[:, 6:] = 1 - r2[:, 6:]
+    assert torch.equal(model(q, r2, q)[:, :6], base[:, :6])
+
+
+def test_sakt_seed_example_reads_the_whole_history():
+    torch.manual_seed(0)
+    model = SAKT(10, d=16, num_heads=2).eval()
+    q, qry = torch.tensor([[1, 2, 3]]), torch.tensor([[4]])
+    probs = {model(q, torch.tensor([r]), qry).item() for r in ([1, 0, 1], [0, 0, 1], [1, 1, 1])}
+    assert len(probs) == 3  # every past response moves the prediction for qry=[4]
+
+
 def test_seed_size_presets():
     """Seeds 001/003: iDKT N=4 encoder blocks (8 retriever layers); iKT3 N=8 per stream; d=256."""
     idkt = build_model("idkt", preset="seed", num_c=NUM_C).config

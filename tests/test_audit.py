@@ -1,0 +1,72 @@
+"""The causality auditor (kt_lib.audit): leaks it must catch, in eval and training mode."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kt_lib.audit import audit_causality, random_batch
+from kt_lib.models.base import BaseConfig, KTModel, ModelOutput
+
+
+class _LeakyToy(KTModel):
+    """Reads the current response: the auditor must catch it."""
+
+    config_cls = BaseConfig
+
+    def __init__(self, config, lag: int = 0):
+        super().__init__(config)
+        self.lag = lag
+        self.w = torch.nn.Parameter(torch.ones(1))
+
+    def forward(self, batch, return_attention=False):
+        r = batch.r.float()
+        if self.lag:  # peeks `lag` steps ahead
+            r = torch.cat([r[:, self.lag :], torch.zeros_like(r[:, : self.lag])], 1)
+        return ModelOutput(logits=self.w * r)
+
+
+class _TrainOnlyLeak(_LeakyToy):
+    """Reads the next response only in training mode, under dropout."""
+
+    def forward(self, batch, return_attention=False):
+        if not self.training:
+            return ModelOutput(logits=self.w * 0 * batch.r.float())
+        nxt = torch.nn.functional.pad(batch.r.float(), (0, 1))[:, 1:]
+        return ModelOutput(logits=torch.nn.functional.dropout(self.w * nxt, 0.5))
+
+
+class _TinyLeak(_LeakyToy):
+    """Lets the next response move the logit by 1e-8: below the default tolerance."""
+
+    def forward(self, batch, return_attention=False):
+        nxt = torch.nn.functional.pad(batch.r.to(self.w.dtype), (0, 1))[:, 1:]
+        return ModelOutput(logits=self.w * 1e-8 * nxt)
+
+
+def test_auditor_catches_training_only_and_tiny_leaks():
+    batch = random_batch(5, B=3, L=10, seed=0)
+    train_leak = _TrainOnlyLeak(BaseConfig(num_c=5))
+    assert audit_causality(train_leak, batch)  # invisible in eval mode
+    assert not audit_causality(train_leak, batch, mode="train")  # same draws: the leak shows
+    tiny = _TinyLeak(BaseConfig(num_c=5)).double()
+    assert audit_causality(tiny, batch)  # below the default atol
+    assert not audit_causality(tiny, batch, atol=1e-10)
+    with pytest.raises(ValueError, match="mode"):
+        audit_causality(tiny, batch, mode="test")
+
+
+@pytest.mark.parametrize("lag", [0, 1, 5])
+def test_auditor_catches_leaky_toy(lag):
+    model = _LeakyToy(BaseConfig(num_c=5), lag)
+    result = audit_causality(model, random_batch(5, L=12), steps=list(range(12)))
+    assert not result and result.max_diff > 0.5
+
+
+def test_auditor_catches_question_leak():
+    class PeekNextQuestion(_LeakyToy):
+        def forward(self, batch, return_attention=False):
+            q = torch.cat([batch.q[:, 1:], batch.q[:, :1]], 1).float()
+            return ModelOutput(logits=self.w * q)
+
+    assert not audit_causality(PeekNextQuestion(BaseConfig(num_c=50)), random_batch(50, L=10))

@@ -1,0 +1,135 @@
+"""The report runner (kt_lib.reports): summaries, the index, profiles, overrides, and the
+committed notebooks' papermill metadata and outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kt_lib import reports
+
+
+def test_report_index_shows_summaries(tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    cell = new_code_cell("summary", metadata={"tags": ["summary"]})
+    cell.outputs = [
+        new_output(
+            "execute_result",
+            data={"text/html": "<table><tr><td>0.81</td></tr></table>", "text/plain": "0.81"},
+            execution_count=1,
+        ),
+        new_output("display_data", data={"image/png": "iVBO", "text/plain": "<Figure size 1x1>"}),
+        new_output(  # IPython.display.Markdown: rendered, never its repr
+            "display_data",
+            data={
+                "text/markdown": "| pair | diff |\n|---|---|\n| a - b | +0.0013 |\n",
+                "text/plain": "<IPython.core.display.Markdown object>",
+            },
+        ),
+    ]
+    nbformat.write(new_notebook(cells=[new_code_cell("x = 1"), cell]), tmp_path / "08_a.ipynb")
+    assert "<td>0.81</td>" in reports.read_summary(tmp_path / "08_a.ipynb")
+    assert "<td>+0.0013</td>" in reports.read_summary(tmp_path / "08_a.ipynb")
+    assert "IPython.core.display" not in reports.read_summary(tmp_path / "08_a.ipynb")
+    assert "Figure" not in reports.read_summary(tmp_path / "08_a.ipynb")
+    assert reports.read_summary(tmp_path / "missing.ipynb") == ""
+    runs = [
+        {
+            "stem": "08_a",
+            "title": "A",
+            "params": {},
+            "ok": True,
+            "error": "",
+            "seconds": 1.0,
+            "summary": reports.read_summary(tmp_path / "08_a.ipynb"),
+        },
+        {
+            "stem": "09_b",
+            "title": "B",
+            "params": {"x": 1},
+            "ok": False,
+            "error": "Boom: x",
+            "seconds": 2.0,
+            "summary": "",
+        },
+    ]
+    reports.write_index(tmp_path, runs, "quick")
+    page = (tmp_path / "index.html").read_text()
+    assert 'id="summary-08_a"' in page and "<td>0.81</td>" in page
+    assert "09_b" in page and "failed: Boom: x" in page
+    saved = json.loads((tmp_path / "runs.json").read_text())
+    assert all("summary" not in r for r in saved["runs"])
+
+
+def test_profile_reaches_parameters_papermill_cannot_parse():
+    """`data_dir: str | None = None` is skipped by papermill's inspector; the full profile's
+    data_dir must still reach every notebook that declares it, and nothing undeclared."""
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(reports.__file__).resolve().parents[1]
+    full = yaml.safe_load((root / "notebooks" / "params" / "full.yaml").read_text())
+    params = reports.notebook_params(full, root / "notebooks" / "03_train_sakt.ipynb")
+    assert params["data_dir"] == "../shared/data/assist2009" and params["preset"] == "paper"
+    assert "binary_data_dir" not in params and "configs" not in params
+    gpcm = reports.notebook_params(full, root / "notebooks" / "07_train_ordinal_gpcm.ipynb")
+    assert gpcm["data_dir"] is None and gpcm["binary_data_dir"] == "../shared/data/assist2009"
+
+
+def test_report_overrides_parse_as_yaml():
+    assert reports.parse_overrides(["threads=1", "models=[dkt, sakt]", "x=null"]) == {
+        "threads": 1,
+        "models": ["dkt", "sakt"],
+        "x": None,
+    }
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        reports.parse_overrides(["models"])
+    with pytest.raises(SystemExit, match="modles"):  # a misspelt parameter is not dropped
+        reports.run("quick", ["10"], overrides={"modles": ["dkt"]})
+
+
+def test_committed_notebooks_carry_no_absolute_papermill_paths():
+    """`reports run --inplace` writes papermill's input/output paths relative to the workbook."""
+    for path in sorted(reports.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        meta = json.loads(path.read_text())["metadata"].get("papermill", {})
+        for key in ("input_path", "output_path"):
+            assert not str(meta.get(key, "")).startswith("/"), (path.name, key, meta[key])
+
+
+def test_committed_outputs_carry_no_absolute_source_paths(tmp_path):
+    """Warnings print the absolute path of the file that raised them; `reports run --inplace`
+    writes them relative to the workbook, and no committed output names a machine's folders."""
+    import re
+
+    where = re.compile(r"(?<![\w.])/[\w.-]+(?:/[\w.-]+)*\.py:\d+:")
+    for path in sorted(reports.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            for out in cell.get("outputs", []):
+                text = "".join(out.get("text", []))
+                assert not where.search(text), (path.name, where.search(text).group(0))
+    nb = {
+        "cells": [{"cell_type": "code", "outputs": [{"name": "stderr", "output_type": "stream",
+                   "text": [f"{reports.ROOT}/kt_lib/x.py:3: UserWarning: w\n"]}]}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    }  # fmt: skip
+    (tmp_path / "n.ipynb").write_text(json.dumps(nb))
+    reports.relative_paths(tmp_path / "n.ipynb")
+    out = json.loads((tmp_path / "n.ipynb").read_text())["cells"][0]["outputs"][0]["text"]
+    assert out == ["kt_lib/x.py:3: UserWarning: w\n"]
+
+
+def test_papermill_parses_every_parameter_cell_without_warnings(caplog):
+    """Papermill logs 'Unable to parse line ...' for a parameter line it cannot read (an '=' in
+    the comment did it): such a parameter would be silently dropped from the report's record."""
+    import logging
+
+    import papermill as pm
+
+    with caplog.at_level(logging.WARNING):
+        for path in sorted(reports.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+            pm.inspect_notebook(str(path))
+    assert "Unable to parse" not in caplog.text, caplog.text

@@ -1,0 +1,136 @@
+"""Training (kt_lib.train): validated configs, refused splits, determinism, resume, recipes,
+the optimizer built from the model's groups."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from kt_lib.models import build_model
+from kt_lib.train import fit
+from tests.conftest import make_tiny_dataset
+
+
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ({"grad_clip": -1.0}, "grad_clip"),
+        ({"metric": "aucc"}, "metric"),
+        ({"eval_batch_size": 0}, "eval_batch_size"),
+        ({"lr": float("inf")}, "lr"),
+        ({"epochs": "3"}, "epochs"),
+        ({"precision": "fp16"}, "precision"),
+        ({"backend": "gpu"}, "backend"),
+        ({"device": "tpu:x"}, "device"),
+    ],
+)
+def test_train_config_is_validated_before_any_work(override, field):
+    data = make_tiny_dataset(5, 0)
+    model = build_model("dkt", preset="tiny", num_c=5)
+    with pytest.raises(ValueError, match=field):
+        fit(model, data, data, progress=False, **override)
+
+
+def test_fit_refuses_splits_it_cannot_use():
+    from kt_lib.data.dataset import KTDataset
+
+    data = make_tiny_dataset(5, 0)
+    model = build_model("dkt", preset="tiny", num_c=5)
+    one_class = KTDataset([type(s)(s.uid, s.q, s.r * 0, s.pid) for s in data.students], 5, 0, 2)
+    with pytest.raises(ValueError, match="AUC is undefined"):
+        fit(model, data, one_class, progress=False)
+    three = make_tiny_dataset(5, 0, K=3)
+    with pytest.raises(ValueError, match="K=3 .* K=2"):
+        fit(model, three, three, progress=False)
+    with pytest.raises(ValueError, match="validation split holds no student"):
+        fit(model, data, KTDataset([], 5, 0, 2), progress=False)
+
+
+def test_fit_is_deterministic_and_resumes(tmp_path):
+    train, valid = make_tiny_dataset(n=30, seed=0), make_tiny_dataset(n=10, seed=1)
+
+    def run(**kw):
+        torch.manual_seed(0)
+        model = build_model("sakt", preset="tiny", dataset=train)
+        return fit(model, train, valid, epochs=3, max_len=16, progress=False, patience=9, **kw)
+
+    a, b = run(), run()
+    cols = [c for c in a.history.columns if "seconds" not in c]
+    assert np.array_equal(a.history[cols].values, b.history[cols].values)
+    # stop after 2 epochs, then resume to 3: same history as the straight run
+    straight = a.history[cols].values
+    torch.manual_seed(0)
+    model = build_model("sakt", preset="tiny", dataset=train)
+    fit(
+        model,
+        train,
+        valid,
+        epochs=2,
+        max_len=16,
+        progress=False,
+        patience=9,
+        checkpoint=str(tmp_path / "r"),
+    )
+    torch.manual_seed(0)
+    model = build_model("sakt", preset="tiny", dataset=train)
+    resumed = fit(
+        model,
+        train,
+        valid,
+        epochs=3,
+        max_len=16,
+        progress=False,
+        patience=9,
+        checkpoint=str(tmp_path / "r"),
+        resume=True,
+    )
+    assert np.allclose(resumed.history[cols].values, straight, atol=1e-6)
+
+
+def test_dkt_learns_on_a_learnable_signal():
+    rng = np.random.default_rng(0)
+    from kt_lib.data.dataset import KTDataset, StudentSeq
+
+    def make(n, off):
+        studs = []
+        for i in range(n):
+            q = rng.integers(0, 4, 40)
+            r = (q % 2).astype(np.int64)  # skill parity decides the answer
+            studs.append(StudentSeq(off + i, q, r))
+        return KTDataset(studs, num_c=4)
+
+    torch.manual_seed(0)
+    model = build_model("dkt", preset="tiny", num_c=4)
+    res = fit(model, make(40, 0), make(10, 100), epochs=5, lr=1e-2, progress=False)
+    assert res.best_metric > 0.95
+
+
+def test_training_recipes_and_the_akt_authors_setup():
+    from kt_lib.models.akt import AKTConfig
+    from kt_lib.train import TrainConfig
+
+    cfg = TrainConfig.recipe("akt_authors", device="cpu")
+    assert (cfg.lr, cfg.batch_size, cfg.bucket, cfg.grad_clip) == (1e-5, 24, 0, None)
+    assert (cfg.epochs, cfg.patience, cfg.weight_decay) == (300, 42, 0.0)
+    assert TrainConfig.recipe("akt_authors", epochs=2).epochs == 2  # fields still override
+    assert TrainConfig.recipe() == TrainConfig()
+    with pytest.raises(ValueError, match="unknown training recipe 'akt'"):
+        TrainConfig.recipe("akt")
+    assert AKTConfig.authors().d_ff == 2048 and AKTConfig.paper().d_ff == 1024
+
+
+def test_fit_builds_the_optimizer_from_the_models_groups_after_prepare():
+    from kt_lib.train import TrainConfig
+
+    data = make_tiny_dataset(num_pid=0, n=12, L=10)
+    model = build_model("dkt", dataset=data, preset="tiny")
+    calls = []
+    model.prepare = lambda train: calls.append("prepare")
+    model.param_groups = lambda lr: (
+        calls.append(("groups", lr)) or [{"params": list(model.parameters()), "lr": 0.0}]
+    )
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    fit(model, data, data, TrainConfig(epochs=1, lr=0.01, progress=False))
+    assert calls == ["prepare", ("groups", 0.01)]
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # lr 0 held
