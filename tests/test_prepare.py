@@ -259,6 +259,16 @@ def test_errors_name_file_line_and_column(tmp_path):
     raw = write_rows(tmp_path / "c12.csv", A12, rows)
     with pytest.raises(ValueError, match=r"c12.csv line 8, column 'start_time': 'yesterday'"):
         prepare("assist2012", raw, tmp_path / "o")
+    path = tmp_path / "f15.csv"  # a row of empty cells is a row; a blank line is not
+    path.write_text("user_id,log_id,sequence_id,correct\n1,1,3,1\n,,,\n3,1,1,x\n")
+    with pytest.raises(ValueError, match=r"f15.csv line 4, column 'correct': 'x' is not a"):
+        prepare("assist2015", path, tmp_path / "o")
+    path.write_text("user_id,log_id,sequence_id,correct\n1,1,3,1\n,,,\n \t\n\n3,1,1,x\n")
+    with pytest.raises(ValueError, match=r"f15.csv line 6, column 'correct': 'x' is not a"):
+        prepare("assist2015", path, tmp_path / "o")
+    path.write_text("user_id\tlog_id\tsequence_id\tcorrect\n1\t1\t3\t1\n\t\n \n3\t1\t1\tx\n")
+    with pytest.raises(ValueError, match=r"f15.csv line 5, column 'correct': 'x' is not a"):
+        prepare("assist2015", path, tmp_path / "o")  # tabs: a line of one tab is a row
     (tmp_path / "e15.csv").write_text("user_id,log_id,sequence_id,correct\n")
     with pytest.raises(ValueError, match=r"e15.csv line 2: no data rows after the header"):
         prepare("assist2015", tmp_path / "e15.csv", tmp_path / "o")
