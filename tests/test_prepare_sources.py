@@ -5,10 +5,20 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
+import pandas as pd
 import pytest
-from prepare_helpers import all_students, assert_layouts_agree, check_counts, record, write_rows
+from prepare_helpers import (
+    all_students,
+    assert_layouts_agree,
+    check_counts,
+    pykt_rows,
+    record,
+    write_rows,
+)
 
 from kt_lib.data.prepare import prepare
+from kt_lib.data.prepare.ednet import ordinal as ednet_ordinal
 from kt_lib.data.prepare.ednet import pick_users
 
 KDD = (
@@ -279,6 +289,31 @@ def test_ednet_answer_key_tags_and_ordinal(tmp_path):
     # u5's q2 took 99 s, beyond q2's median: right but slow (1); its q1 answers: right, fast (2)
     assert all_students(ordinal)["5"][1] == [2, 2, 2, 1, 0, 0, 0]
     assert_layouts_agree(ordinal, 5)
+
+
+def test_ednet_ordinal_medians_come_from_train_students_only(tmp_path):
+    d = _ednet(tmp_path)
+    before = prepare("ednet", d, tmp_path / "a", ordinal=True)
+    folds = pykt_rows(before)["fold"]
+    test_users = folds.index[folds == "-1"].tolist()
+    assert test_users
+    for u in test_users:  # the test students now take far longer on every question
+        path = d / "KT1" / f"u{u}.csv"
+        f = pd.read_csv(path, dtype=str)
+        f["elapsed_time"] = "999999999"
+        f.to_csv(path, index=False)
+    after = prepare("ednet", d, tmp_path / "b", ordinal=True)
+    a, b = all_students(before), all_students(after)
+    assert set(a) == set(b)
+    for u in set(a) - set(test_users):
+        assert a[u] == b[u], u
+    for u in test_users:  # their own right answers became slow ones
+        assert 2 in a[u][1] and 2 not in b[u][1] and 1 in b[u][1]
+    log = pd.DataFrame(
+        {"problem": list("aabbc"), "usetime": [10, 30, 5, 50, 1], "response": [1, 1, 1, 1, 0]}
+    )  # b is answered by test students only: the median of the train rows (20) judges it
+    train = np.array([True, True, False, False, False])
+    assert ednet_ordinal(log, train).tolist() == [2, 1, 2, 1, 0]
 
 
 def test_ednet_max_users_follows_pykts_sample_order(tmp_path):
