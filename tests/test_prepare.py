@@ -218,6 +218,8 @@ def test_assist2015_fractional_correct_and_no_problems(tmp_path):
     check_counts(res)
     assert res.line_format == "line3"
     assert (res.line_dir / "assist2015_valid4.csv").is_file()
+    head = (res.line_dir / "assist2015_test.csv").read_text().splitlines()[0]
+    assert head.split(",")[1] in {str(50 + s) for s in range(1, 9)}  # `n,raw_uid`
     assert all_students(res)["51"][1] == [0, 1, 1]  # j = 4, 3, 0: log_id falls as j rises
     assert_layouts_agree(res, 5)
 

@@ -17,6 +17,7 @@ from prepare_helpers import (
     write_rows,
 )
 
+from kt_lib.data.formats import read_line3
 from kt_lib.data.prepare import prepare
 from kt_lib.data.prepare.ednet import ordinal as ednet_ordinal
 from kt_lib.data.prepare.ednet import pick_users
@@ -171,10 +172,13 @@ def test_statics2011_steps_hints_and_sorted_students(tmp_path):
     assert list(keys["uid"]) == [f"Stu_{c}" for c in "abcdefgh"]  # sorted ids, as pykt
     assert "_p1----F1, F2 sum" in keys["concepts"]
     inv = {v: k for k, v in keys["concepts"].items()}
-    q, r, _ = all_students(res)["Stu_h"]  # the line3 layout carries no raw id; pykt does
+    q, r, _ = all_students(res)["Stu_h"]
     assert [inv[i] for i in q] == ["_p0----_e2", "_p1----F1, F2 sum", "_p0----_e9"]
     assert r == [0, 1, 1]
     assert res.line_format == "line3"
+    test = read_line3(res.line_dir / "statics2011_test.csv")
+    folds = pykt_rows(res)["fold"]  # header `n,raw_uid`: the raw ids of pykt's test students
+    assert list(test.meta["raw_uid"].values()) == folds.index[folds == "-1"].tolist() != []
     assert_layouts_agree(res, 5)
 
 
