@@ -17,6 +17,7 @@ from prepare_helpers import (
     write_rows,
 )
 
+from kt_lib.data.__main__ import main
 from kt_lib.data.formats import read_line3
 from kt_lib.data.prepare import prepare
 from kt_lib.data.prepare.ednet import ordinal as ednet_ordinal
@@ -330,7 +331,7 @@ def test_ednet_max_users_follows_pykts_sample_order(tmp_path):
     assert len(all_students(res)) == 7
 
 
-def _eedi(tmp_path, subject_text="[3, 71, 98, 209]"):
+def _eedi(tmp_path, subject_text="[3, 71, 98, 209]", task="1_2"):
     d = tmp_path / "eedi"
     write_rows(
         d / "metadata" / "subject_metadata.csv",
@@ -344,7 +345,7 @@ def _eedi(tmp_path, subject_text="[3, 71, 98, 209]"):
         ],
     )
     write_rows(
-        d / "metadata" / "question_metadata_task_1_2.csv",
+        d / "metadata" / f"question_metadata_task_{task}.csv",
         ["QuestionId", "SubjectId"],
         [
             {"QuestionId": 10, "SubjectId": f'"{subject_text}"'},
@@ -369,12 +370,12 @@ def _eedi(tmp_path, subject_text="[3, 71, 98, 209]"):
             answers.append({"AnswerId": aid, "DateAnswered": f"2019-12-0{8 - j} 17:29:00.000"})
     answers[3]["DateAnswered"] = ""  # user 0 loses one answer time
     write_rows(
-        d / "train_data" / "train_task_1_2.csv",
+        d / "train_data" / f"train_task_{task}.csv",
         ["QuestionId", "UserId", "AnswerId", "IsCorrect", "CorrectAnswer", "AnswerValue"],
         rows,
     )
     write_rows(
-        d / "metadata" / "answer_metadata_task_1_2.csv",
+        d / "metadata" / f"answer_metadata_task_{task}.csv",
         ["AnswerId", "DateAnswered", "Confidence", "GroupId", "QuizId", "SchemeOfWorkId"],
         answers,
     )
@@ -403,3 +404,24 @@ def test_eedi_malformed_subject_list(tmp_path):
         r"'SubjectId': '\[3, 71, x\]' is not a list",
     ):
         prepare("eedi", _eedi(tmp_path, "[3, 71, x]"), tmp_path / "out")
+
+
+def test_eedi_task_from_the_train_file_name(tmp_path, capsys):
+    train = _eedi(tmp_path, task="3_4") / "train_data" / "train_task_3_4.csv"
+    res = prepare("eedi", train, tmp_path / "out")  # no task: the file's name says 3_4
+    assert record(res)["choices"]["task"] == "3_4"
+    assert record(res)["counts"]["students"] == 7
+    assert prepare("eedi", train, tmp_path / "o2", task="3_4").counts == res.counts
+    assert prepare("eedi", tmp_path / "eedi", tmp_path / "o3", task="3_4").counts == res.counts
+    with pytest.raises(
+        ValueError,
+        match=r"train_task_3_4.csv: the file is Eedi task 3_4's train "
+        r"file, but task='1_2' was asked",
+    ):
+        prepare("eedi", train, tmp_path / "o4", task="1_2")
+    assert main(["prepare", "eedi", str(train), str(tmp_path / "o5"), "--task", "1_2"]) == 2
+    assert "pass --task 3_4, leave --task out" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="no Eedi task 1_2"):
+        prepare("eedi", tmp_path / "eedi", tmp_path / "o6")  # a folder: the default task 1_2
+    with pytest.raises(ValueError, match=r"Eedi task must be one of \['1_2', '3_4'\], got '5'"):
+        prepare("eedi", tmp_path / "eedi", tmp_path / "o7", task="5")
