@@ -4,6 +4,7 @@ pykt split, the ordinal option, both layouts agreeing, errors naming file/line/c
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 
@@ -230,7 +231,7 @@ def test_assist2017_seconds_skills_and_ordinal(tmp_path):
         3,
         studentId=lambda s, j: s,
         problemId=lambda s, j: 90 + j,
-        skill=lambda s, j: "noskill" if j == 2 else "properties-of-geometric-figures",
+        skill=lambda s, j: ("noskill", "area_perimeter", "properties-of-geometric-figures")[2 - j],
         startTime=lambda s, j: 1100000000 + 100 * s - j,
         timeTaken=lambda s, j: 1.5 * j,
         correct=lambda s, j: int(j == 0),
@@ -241,8 +242,12 @@ def test_assist2017_seconds_skills_and_ordinal(tmp_path):
     raw = write_rows(tmp_path / "anonymized_full_release_competition_dataset.csv", A17, rows)
     res = prepare("assist2017", raw, tmp_path / "out", ordinal=True)
     q, r, pid = all_students(res)["1"]
-    assert r == [0, 1, 3]  # startTime falls with j: bottom hint, hint, right first time
-    assert record(res)["counts"]["skills"] == 2
+    assert r == [0, 1, 1, 3]  # startTime falls with j: bottom hint, hint (2 skills), right
+    c = record(res)["counts"]
+    assert (c["skills"], c["multi_skill_rows"], c["interactions"]) == (4, 7, 7 * 4)
+    assert q == [0, 1, 2, 3] and pid[1] == pid[2]  # area_perimeter: split on "_" as pykt does
+    keys = json.loads((res.pykt_dir / "keyid2idx.json").read_text())
+    assert list(keys["concepts"])[:3] == ["noskill", "area", "perimeter"]
     check_counts(res)
     assert_layouts_agree(res, 5)
 
