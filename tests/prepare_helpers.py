@@ -70,8 +70,7 @@ def assert_layouts_agree(result: PrepareResult, n_folds: int) -> None:
                 np.testing.assert_array_equal(s.r, t.r)
                 if s.pid is not None or t.pid is not None:
                     np.testing.assert_array_equal(s.pid, t.pid)
-            if result.line_format == "line4":  # 3-line headers carry no raw id
-                assert raw_uids(x, uid_names(result)) == raw_uids(y)
+            assert raw_uids(x, uid_names(result)) == raw_uids(y)  # `n,raw_uid` headers
 
 
 def all_students(result: PrepareResult) -> dict[str, tuple]:

@@ -4,6 +4,7 @@ pykt split, the ordinal option, both layouts agreeing, errors naming file/line/c
 from __future__ import annotations
 
 import hashlib
+import json
 import subprocess
 import sys
 
@@ -218,6 +219,8 @@ def test_assist2015_fractional_correct_and_no_problems(tmp_path):
     check_counts(res)
     assert res.line_format == "line3"
     assert (res.line_dir / "assist2015_valid4.csv").is_file()
+    head = (res.line_dir / "assist2015_test.csv").read_text().splitlines()[0]
+    assert head.split(",")[1] in {str(50 + s) for s in range(1, 9)}  # `n,raw_uid`
     assert all_students(res)["51"][1] == [0, 1, 1]  # j = 4, 3, 0: log_id falls as j rises
     assert_layouts_agree(res, 5)
 
@@ -228,7 +231,7 @@ def test_assist2017_seconds_skills_and_ordinal(tmp_path):
         3,
         studentId=lambda s, j: s,
         problemId=lambda s, j: 90 + j,
-        skill=lambda s, j: "noskill" if j == 2 else "properties-of-geometric-figures",
+        skill=lambda s, j: ("noskill", "area_perimeter", "properties-of-geometric-figures")[2 - j],
         startTime=lambda s, j: 1100000000 + 100 * s - j,
         timeTaken=lambda s, j: 1.5 * j,
         correct=lambda s, j: int(j == 0),
@@ -239,8 +242,12 @@ def test_assist2017_seconds_skills_and_ordinal(tmp_path):
     raw = write_rows(tmp_path / "anonymized_full_release_competition_dataset.csv", A17, rows)
     res = prepare("assist2017", raw, tmp_path / "out", ordinal=True)
     q, r, pid = all_students(res)["1"]
-    assert r == [0, 1, 3]  # startTime falls with j: bottom hint, hint, right first time
-    assert record(res)["counts"]["skills"] == 2
+    assert r == [0, 1, 1, 3]  # startTime falls with j: bottom hint, hint (2 skills), right
+    c = record(res)["counts"]
+    assert (c["skills"], c["multi_skill_rows"], c["interactions"]) == (4, 7, 7 * 4)
+    assert q == [0, 1, 2, 3] and pid[1] == pid[2]  # area_perimeter: split on "_" as pykt does
+    keys = json.loads((res.pykt_dir / "keyid2idx.json").read_text())
+    assert list(keys["concepts"])[:3] == ["noskill", "area", "perimeter"]
     check_counts(res)
     assert_layouts_agree(res, 5)
 
@@ -259,6 +266,16 @@ def test_errors_name_file_line_and_column(tmp_path):
     raw = write_rows(tmp_path / "c12.csv", A12, rows)
     with pytest.raises(ValueError, match=r"c12.csv line 8, column 'start_time': 'yesterday'"):
         prepare("assist2012", raw, tmp_path / "o")
+    path = tmp_path / "f15.csv"  # a row of empty cells is a row; a blank line is not
+    path.write_text("user_id,log_id,sequence_id,correct\n1,1,3,1\n,,,\n3,1,1,x\n")
+    with pytest.raises(ValueError, match=r"f15.csv line 4, column 'correct': 'x' is not a"):
+        prepare("assist2015", path, tmp_path / "o")
+    path.write_text("user_id,log_id,sequence_id,correct\n1,1,3,1\n,,,\n \t\n\n3,1,1,x\n")
+    with pytest.raises(ValueError, match=r"f15.csv line 6, column 'correct': 'x' is not a"):
+        prepare("assist2015", path, tmp_path / "o")
+    path.write_text("user_id\tlog_id\tsequence_id\tcorrect\n1\t1\t3\t1\n\t\n \n3\t1\t1\tx\n")
+    with pytest.raises(ValueError, match=r"f15.csv line 5, column 'correct': 'x' is not a"):
+        prepare("assist2015", path, tmp_path / "o")  # tabs: a line of one tab is a row
     (tmp_path / "e15.csv").write_text("user_id,log_id,sequence_id,correct\n")
     with pytest.raises(ValueError, match=r"e15.csv line 2: no data rows after the header"):
         prepare("assist2015", tmp_path / "e15.csv", tmp_path / "o")

@@ -5,10 +5,22 @@ from __future__ import annotations
 import json
 import random
 
+import numpy as np
+import pandas as pd
 import pytest
-from prepare_helpers import all_students, assert_layouts_agree, check_counts, record, write_rows
+from prepare_helpers import (
+    all_students,
+    assert_layouts_agree,
+    check_counts,
+    pykt_rows,
+    record,
+    write_rows,
+)
 
+from kt_lib.data.__main__ import main
+from kt_lib.data.formats import read_line3
 from kt_lib.data.prepare import prepare
+from kt_lib.data.prepare.ednet import ordinal as ednet_ordinal
 from kt_lib.data.prepare.ednet import pick_users
 
 KDD = (
@@ -161,10 +173,13 @@ def test_statics2011_steps_hints_and_sorted_students(tmp_path):
     assert list(keys["uid"]) == [f"Stu_{c}" for c in "abcdefgh"]  # sorted ids, as pykt
     assert "_p1----F1, F2 sum" in keys["concepts"]
     inv = {v: k for k, v in keys["concepts"].items()}
-    q, r, _ = all_students(res)["Stu_h"]  # the line3 layout carries no raw id; pykt does
+    q, r, _ = all_students(res)["Stu_h"]
     assert [inv[i] for i in q] == ["_p0----_e2", "_p1----F1, F2 sum", "_p0----_e9"]
     assert r == [0, 1, 1]
     assert res.line_format == "line3"
+    test = read_line3(res.line_dir / "statics2011_test.csv")
+    folds = pykt_rows(res)["fold"]  # header `n,raw_uid`: the raw ids of pykt's test students
+    assert list(test.meta["raw_uid"].values()) == folds.index[folds == "-1"].tolist() != []
     assert_layouts_agree(res, 5)
 
 
@@ -281,6 +296,31 @@ def test_ednet_answer_key_tags_and_ordinal(tmp_path):
     assert_layouts_agree(ordinal, 5)
 
 
+def test_ednet_ordinal_medians_come_from_train_students_only(tmp_path):
+    d = _ednet(tmp_path)
+    before = prepare("ednet", d, tmp_path / "a", ordinal=True)
+    folds = pykt_rows(before)["fold"]
+    test_users = folds.index[folds == "-1"].tolist()
+    assert test_users
+    for u in test_users:  # the test students now take far longer on every question
+        path = d / "KT1" / f"u{u}.csv"
+        f = pd.read_csv(path, dtype=str)
+        f["elapsed_time"] = "999999999"
+        f.to_csv(path, index=False)
+    after = prepare("ednet", d, tmp_path / "b", ordinal=True)
+    a, b = all_students(before), all_students(after)
+    assert set(a) == set(b)
+    for u in set(a) - set(test_users):
+        assert a[u] == b[u], u
+    for u in test_users:  # their own right answers became slow ones
+        assert 2 in a[u][1] and 2 not in b[u][1] and 1 in b[u][1]
+    log = pd.DataFrame(
+        {"problem": list("aabbc"), "usetime": [10, 30, 5, 50, 1], "response": [1, 1, 1, 1, 0]}
+    )  # b is answered by test students only: the median of the train rows (20) judges it
+    train = np.array([True, True, False, False, False])
+    assert ednet_ordinal(log, train).tolist() == [2, 1, 2, 1, 0]
+
+
 def test_ednet_max_users_follows_pykts_sample_order(tmp_path):
     order = list(range(840473))
     random.Random(2).shuffle(order)
@@ -291,7 +331,7 @@ def test_ednet_max_users_follows_pykts_sample_order(tmp_path):
     assert len(all_students(res)) == 7
 
 
-def _eedi(tmp_path, subject_text="[3, 71, 98, 209]"):
+def _eedi(tmp_path, subject_text="[3, 71, 98, 209]", task="1_2"):
     d = tmp_path / "eedi"
     write_rows(
         d / "metadata" / "subject_metadata.csv",
@@ -305,7 +345,7 @@ def _eedi(tmp_path, subject_text="[3, 71, 98, 209]"):
         ],
     )
     write_rows(
-        d / "metadata" / "question_metadata_task_1_2.csv",
+        d / "metadata" / f"question_metadata_task_{task}.csv",
         ["QuestionId", "SubjectId"],
         [
             {"QuestionId": 10, "SubjectId": f'"{subject_text}"'},
@@ -330,12 +370,12 @@ def _eedi(tmp_path, subject_text="[3, 71, 98, 209]"):
             answers.append({"AnswerId": aid, "DateAnswered": f"2019-12-0{8 - j} 17:29:00.000"})
     answers[3]["DateAnswered"] = ""  # user 0 loses one answer time
     write_rows(
-        d / "train_data" / "train_task_1_2.csv",
+        d / "train_data" / f"train_task_{task}.csv",
         ["QuestionId", "UserId", "AnswerId", "IsCorrect", "CorrectAnswer", "AnswerValue"],
         rows,
     )
     write_rows(
-        d / "metadata" / "answer_metadata_task_1_2.csv",
+        d / "metadata" / f"answer_metadata_task_{task}.csv",
         ["AnswerId", "DateAnswered", "Confidence", "GroupId", "QuizId", "SchemeOfWorkId"],
         answers,
     )
@@ -364,3 +404,24 @@ def test_eedi_malformed_subject_list(tmp_path):
         r"'SubjectId': '\[3, 71, x\]' is not a list",
     ):
         prepare("eedi", _eedi(tmp_path, "[3, 71, x]"), tmp_path / "out")
+
+
+def test_eedi_task_from_the_train_file_name(tmp_path, capsys):
+    train = _eedi(tmp_path, task="3_4") / "train_data" / "train_task_3_4.csv"
+    res = prepare("eedi", train, tmp_path / "out")  # no task: the file's name says 3_4
+    assert record(res)["choices"]["task"] == "3_4"
+    assert record(res)["counts"]["students"] == 7
+    assert prepare("eedi", train, tmp_path / "o2", task="3_4").counts == res.counts
+    assert prepare("eedi", tmp_path / "eedi", tmp_path / "o3", task="3_4").counts == res.counts
+    with pytest.raises(
+        ValueError,
+        match=r"train_task_3_4.csv: the file is Eedi task 3_4's train "
+        r"file, but task='1_2' was asked",
+    ):
+        prepare("eedi", train, tmp_path / "o4", task="1_2")
+    assert main(["prepare", "eedi", str(train), str(tmp_path / "o5"), "--task", "1_2"]) == 2
+    assert "pass --task 3_4, leave --task out" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="no Eedi task 1_2"):
+        prepare("eedi", tmp_path / "eedi", tmp_path / "o6")  # a folder: the default task 1_2
+    with pytest.raises(ValueError, match=r"Eedi task must be one of \['1_2', '3_4'\], got '5'"):
+        prepare("eedi", tmp_path / "eedi", tmp_path / "o7", task="5")

@@ -34,7 +34,8 @@ class PrepareOptions:
     n_folds: int = 5
     ordinal: bool = False  # ASSISTments 2009/2012/2017 (K=4), EdNet (K=3): see docs
     max_users: int | None = None  # EdNet: the first N users of pykt's sample order (5000 = pykt)
-    task: str = "1_2"  # Eedi: NeurIPS 2020 tasks "1_2" (default) or "3_4"
+    task: str | None = None  # Eedi: NeurIPS 2020 tasks "1_2" or "3_4"; None: the train file's
+    # name (train_task_3_4.csv), else "1_2"
 
     def __post_init__(self) -> None:
         if self.min_seq_len < 1:

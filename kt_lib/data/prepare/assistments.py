@@ -7,6 +7,9 @@ reads them (`pykt/preprocess/assist20XX_preprocess.py`), and the ordinal option.
 - 2015, `2015_100_skill_builders_main_problems.csv`: user_id, sequence_id (the skill; no
   problems), log_id;
 - 2017, `anonymized_full_release_competition_dataset.csv`: studentId, problemId, skill, startTime.
+  The skill name is split on `_` as in 2009: pykt's `assist2017_preprocess.py` keeps the name
+  whole, but its `split_datasets.py` (`extend_multi_concepts`) splits every concept holding `_`
+  into one interaction per part, for every dataset with questions.
 
 Rows missing any of the listed columns are dropped (2012 also without ms_first_response), then rows
 whose `correct` is not 0 or 1 (2015's fractional partial credit). Ordinal responses (K=4) from the
@@ -85,6 +88,7 @@ SPECS = {
         "startTime",
         "seconds",
         ("studentId", "problemId", "correct", "skill", "startTime"),
+        skill_sep="_",
         usetime=("timeTaken", 1000.0),
         partial=("attemptCount", "hintCount", "bottomHint"),
     ),

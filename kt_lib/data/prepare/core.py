@@ -10,11 +10,15 @@ What every dataset shares (pykt-toolkit's `split_datasets.py` choices, read from
 - `test_frac` (0.2) of the students, `int(n * test_frac)` of them, are the test split, the others
   fall into `n_folds` (5) folds of near-equal size; both shuffles are `RandomState(seed)`
   permutations (pykt's `DataFrame.sample(frac=1, random_state=1024)`), so seed 1024 puts the same
-  students in the same folds as pykt given the same students in the same order.
+  students in the same folds as pykt given the same students in the same order;
+- a dataset whose responses are derived from statistics of the data (EdNet's ordinal option) sets
+  `RawLog.relabel`, called after the split with the rows of the train/valid students marked, so
+  that no test student moves a training label.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +52,8 @@ class RawLog:
     K: int = 2
     user_order: str = "first"  # "first": first row in the file; "sorted": by raw id
     skill_order: str = "appearance"  # how the skills of one cell are ordered (for the record)
+    # responses set after the split: (kept rows, True on train/valid students' rows) -> responses
+    relabel: Callable[[pd.DataFrame, np.ndarray], np.ndarray] | None = None
 
 
 @dataclass
@@ -120,6 +126,9 @@ def build(log: RawLog, min_seq_len: int, seed: int, test_frac: float, n_folds: i
     sel = remap[ucode] >= 0
     df, ucode = df[sel], remap[ucode[sel]]
     counts["rows"] = len(df)
+    fold, order = split_folds(len(keep_users), seed, test_frac, n_folds)
+    if log.relabel is not None:
+        df = df.assign(response=log.relabel(df, fold[ucode] >= 0))
     skills = df["skill"].astype(str)
     rows = np.arange(len(df))
     if log.skill_sep:
@@ -145,7 +154,6 @@ def build(log: RawLog, min_seq_len: int, seed: int, test_frac: float, n_folds: i
     if "problem" in df.columns:
         pid = np.split(p_code.astype(np.int64), cut)
     per_row = np.bincount(rows, minlength=len(df)) if len(rows) else np.zeros(0, int)
-    fold, order = split_folds(len(keep_users), seed, test_frac, n_folds)
     counts.update(
         students=len(keep_users),
         interactions=len(rows),

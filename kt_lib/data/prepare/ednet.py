@@ -9,7 +9,10 @@ Students: every file, by numeric id; `max_users=N` takes the first N users of py
 (Python's `random.Random(2)` shuffle of 0..840472; N=5000 is pykt's `ednet`).
 
 Ordinal option (K=3), from the answers and their times: 0 = wrong; 1 = right, slower than the
-question's median `elapsed_time` over the kept rows; 2 = right within that median.
+question's median `elapsed_time`; 2 = right within that median. The medians are taken after the
+split, over the rows of the train/valid students only (students kept by min_seq_len), so the test
+students' times move no label; a question no train/valid student answered takes the median of all
+their rows. The five folds share these medians (a fold's validation students count in them).
 """
 
 from __future__ import annotations
@@ -59,6 +62,15 @@ def pick_users(ids, max_users: int | None) -> list[int]:
     random.Random(2).shuffle(order)
     present = set(ids)
     return [u for u in order if u in present][:max_users]
+
+
+def ordinal(log: pd.DataFrame, train: np.ndarray) -> np.ndarray:
+    """K=3 responses of `log` (module doc); medians over the rows where `train` is True."""
+    usetime, problem = log["usetime"], log["problem"]
+    median = usetime[train].groupby(problem[train]).median()
+    limit = problem.map(median).fillna(usetime[train].median())
+    fast = (usetime <= limit).to_numpy()
+    return np.where(log["response"].to_numpy() == 1, np.where(fast, 2, 1), 0)
 
 
 def read(raw_path: Path, opts) -> RawLog:
@@ -116,12 +128,10 @@ def read(raw_path: Path, opts) -> RawLog:
         else f"first {opts.max_users} of pykt's random.Random(2) order",
     }
     if opts.ordinal:
-        median = log.groupby("problem")["usetime"].transform("median")
-        fast = log["usetime"] <= median
-        log["response"] = np.where(log["response"] == 1, np.where(fast, 2, 1), 0)
         choices["ordinal"] = (
             f"K={ORDINAL_K}: 0 wrong, 1 right but slower than the question's median "
-            "elapsed_time, 2 right within it"
+            "elapsed_time, 2 right within it; medians over the train/valid students' rows only "
+            "(all folds), a question none of them answered: the median of all their rows"
         )
     digest = sha256("\n".join(sorted(digests)).encode())
     inputs = [
@@ -142,4 +152,5 @@ def read(raw_path: Path, opts) -> RawLog:
         choices,
         skill_sep=";",
         K=ORDINAL_K if opts.ordinal else 2,
+        relabel=ordinal if opts.ordinal else None,
     )

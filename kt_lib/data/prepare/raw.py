@@ -66,12 +66,23 @@ class RawTable:
         return csv.QUOTE_NONE if self.sep == "\t" else csv.QUOTE_MINIMAL
 
     def line(self, row: int) -> int:
-        """1-based line where data row `row` starts (blank lines skipped, as pandas does)."""
+        """1-based line where data row `row` starts. Blank lines are skipped as pandas skips
+        them: a line of nothing but spaces and tabs (the separator excepted); a line of empty
+        cells (`,,,`) is a row."""
+        blank = set(" \t") - {self.sep}
         with self._open() as f:
-            reader = csv.reader(f, delimiter=self.sep, quoting=self.quoting)
+            last = [""]  # the physical line the csv reader read last
+
+            def lines():
+                for text in f:
+                    last[0] = text
+                    yield text
+
+            reader = csv.reader(lines(), delimiter=self.sep, quoting=self.quoting)
             start, seen = 1, -2  # the header is row -1
-            for rec in reader:
-                if rec and any(rec):
+            for _ in reader:
+                one_line = reader.line_num == start
+                if not (one_line and set(last[0].rstrip("\r\n")) <= blank):
                     seen += 1
                     if seen == row:
                         return start

@@ -7,7 +7,9 @@ Layout of OUT_DIR:
   `keyid2idx.json` maps the raw ids, unescaped, to them);
 - `line4/` (datasets with problem ids) or `line3/` (without): `{name}_train.csv` (all train_valid
   students), `{name}_test.csv`, and per fold `{name}_train{k}.csv` / `{name}_valid{k}.csv`; 1-based
-  ids, the header line `n,raw_uid`, written by kt_lib.data.formats' writers;
+  ids, the header line `n,raw_uid` (both layouts; `read_line3`/`read_line4` keep the raw id in
+  `meta["raw_uid"]`), 4-line files by kt_lib.data.formats' `write_line4`, 3-line files here
+  (its `write_line3` writes `n` alone);
 - `prepare.json`: the inputs with their SHA-256, the options, the choices and the counts.
 
 Each file goes to a temp file beside it and is renamed into place, so a reader never sees half of
@@ -26,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from ..dataset import KTDataset, StudentSeq
-from ..formats import write_line3, write_line4
+from ..formats import write_line4
 from .core import Sequences
 
 
@@ -106,6 +108,15 @@ def _dataset(seq: Sequences, students: np.ndarray, K: int, name: str) -> KTDatas
     )
 
 
+def write_line3_uid(ds: KTDataset, path: Path) -> None:
+    """The DKVMN 3-line records `n,raw_uid` / 1-based question ids / responses (atomic)."""
+    raw = ds.meta["raw_uid"]
+    out = []
+    for s in ds.students:
+        out += [f"{len(s)},{raw[s.uid]}", _join(s.q + 1), _join(s.r)]
+    atomic_text(path, "\n".join(out) + "\n")
+
+
 def write_lines(seq: Sequences, out: Path, name: str, K: int, n_folds: int) -> Path:
     """The 4-line layout (3-line without problem ids), whole train/test plus the folds."""
     fmt = "line4" if seq.pid is not None else "line3"
@@ -118,7 +129,7 @@ def write_lines(seq: Sequences, out: Path, name: str, K: int, n_folds: int) -> P
         if fmt == "line4":
             write_line4(ds, path)
         else:
-            write_line3(ds, path)
+            write_line3_uid(ds, path)
 
     n_tv = int((seq.fold >= 0).sum())
     tv, test = seq.order[:n_tv], seq.order[n_tv:]
