@@ -54,9 +54,12 @@ def test_cli_with_a_data_dir_alone_trains_on_that_folder(folder, tmp_path, capsy
     assert "auto -> line3" in saved["protocol"] and "simulat" not in saved["protocol"]
     assert [r["dataset"] for r in saved["results"]] == ["mini"]
     assert lb.load_results(out)["dataset"].tolist() == ["mini"]
+    assert "no --preset" not in capsys.readouterr().err
     with pytest.raises(SystemExit):
         experiment.main([*args, "--data-format", "synthetic"])
     assert "simulator ignores the folder" in capsys.readouterr().err
+    experiment.main([a for a in args if a not in ("--preset", "tiny")])  # the default, said
+    assert "no --preset, so every model is 'tiny'" in capsys.readouterr().err
 
 
 def test_an_old_file_of_simulated_runs_with_a_folder_is_named_synthetic(tmp_path):
