@@ -298,17 +298,21 @@ class SimilarityConfig:
             out.memory = from_dict(MemoryConfig, {**asdict(out.memory), **memory}, f"{where}memory")
         weights = {k: v for k, v in changes.items() if k in self.weight_names()}
         out._set_weights(weights, where)
+        per_head: dict[int, tuple[HeadConfig, dict]] = {}
         for name, value in changes.items():
-            if name in memory or name in weights:
-                continue
-            for h in out._readers(name, value, where):
-                at = f"{where}{h.name}"
-                if name in TEMPORAL_SETTINGS:
-                    merged = {**asdict(h.temporal), name: value}
-                    h.temporal = from_dict(TemporalConfig, merged, f"{at}: temporal_config")
-                    _head_class(h).check_temporal(h.temporal, f"{at}: ")
-                else:
-                    h.params = from_dict(type(h.params), {**_shallow(h.params), name: value}, at)
+            if name not in memory and name not in weights:
+                for h in out._readers(name, value, where):
+                    per_head.setdefault(id(h), (h, {}))[1][name] = value
+        for h, own in per_head.values():  # one validation per head: k_neighbors <= memory_size
+            at = f"{where}{h.name}"
+            temporal = {k: v for k, v in own.items() if k in TEMPORAL_SETTINGS}
+            params = {k: v for k, v in own.items() if k not in TEMPORAL_SETTINGS}
+            if temporal:
+                merged = {**asdict(h.temporal), **temporal}
+                h.temporal = from_dict(TemporalConfig, merged, f"{at}: temporal_config")
+                _head_class(h).check_temporal(h.temporal, f"{at}: ")
+            if params:
+                h.params = from_dict(type(h.params), {**_shallow(h.params), **params}, at)
         return out
 
     def shrink(self, **sizes) -> SimilarityConfig:

@@ -52,7 +52,7 @@ def _cell(label, model, preset, overrides, factors) -> dict:
 
 
 # SimAKT presets are written for thousands of students (100+ clusters, 200-entry banks); the
-# grids shrink them with `SimilarityConfig.with_settings`, the schema's one list of settings.
+# grids shrink them with `SimilarityConfig.shrink` (with_settings for the heads that are on).
 
 
 def _simakt(preset: str, sizes: dict | None = None, **changes):
