@@ -195,6 +195,15 @@ def test_temporal_fields_act_where_read_and_the_seeds_value_elsewhere_warns():
         )
 
 
+def test_a_hybrid_temporal_config_that_reaches_no_module_is_refused():
+    module = {"type": "cluster", "n_clusters": 100, "temporal_config": {"strategy": "content"}}
+    hybrid = {"type": "hybrid", "modules": [module]}
+    with pytest.raises(ValueError, match="temporal_config reaches no module"):
+        load_simakt_config(step2(hybrid))
+    inherited = quiet_load(step2({**hybrid, "modules": [{"type": "knn", "memory_size": 200}]}))
+    assert inherited.heads[0].params.modules[0].temporal.future_weight == 0.3  # inherits: acts
+
+
 def test_with_settings_refuses_a_temporal_setting_no_head_reads():
     content = quiet_load(
         {"intra_heads": 6, "inter_heads": [{"type": "cluster", "n_clusters": 100}] * 2}

@@ -150,7 +150,9 @@ class BaseSimilarityHead(nn.Module):
     `forward(query, ctx)`, and, if they read a bank, set `bank_cls` and implement `build_bank`
     and `_install` (register the stacked per-fold tensors as non-persistent buffers). Heads that
     score slots by their trajectories set `reads_trajectories` (every temporal strategy is then
-    available); others list the strategies they implement in `temporal_strategies`.
+    available); others list the strategies they implement in `temporal_strategies`. A setting a
+    head does not read under its strategy (`temporal_reads`, `reads_param`) is refused when
+    given, never written by `HeadConfig.to_mapping`, and not changed by `with_settings`.
     """
 
     params_cls: ClassVar[type] = NoParams

@@ -1,7 +1,8 @@
 """Hyperparameter search over SimAKT's typed configuration with Optuna (seed 000, phase 4).
 
 A trial draws settings from a search space (`SIMAKT_SPACE`: influence weights, bank sizes,
-future_weight, decay_factor, learning rate), applies them with
+future_weight, decay_factor, learning rate; `preset_space` keeps those the preset's heads
+read), applies them with
 `SimilarityConfig.with_settings` (the one definition of every SimAKT field), trains with `fit`
 and returns the validation AUC; after each epoch it reports the validation AUC to Optuna, whose
 pruner may stop it (median pruner by default). Studies live in a storage URL (an SQLite file:
