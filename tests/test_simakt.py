@@ -68,6 +68,8 @@ PRESETS = [
 def dual(future_weight: float = 0.3, strategy: str = "position_weighted", **memory) -> dict:
     """Small Step 2 dual config (cluster + KNN) for tests."""
     temporal = {"strategy": strategy, "future_weight": future_weight}
+    if strategy == "content":  # content scores read no temporal setting (one would be refused)
+        temporal = {"strategy": strategy}
     return {
         "intra_heads": 6,
         "memory": {"kmeans_n_init": 1, **memory},
@@ -647,7 +649,7 @@ def test_seed_examples_load_as_written(path):
     for name, sim in configs.items():
         assert load_simakt_config(sim.to_mapping(), warn=False).to_mapping() == sim.to_mapping()
         custom = any(h.type == "custom" for h in sim.heads)  # set_size: DeepSet's field
-        small = sim.with_settings(
+        small = sim.shrink(  # one size list for every layout: off heads keep theirs
             n_clusters=3,
             memory_size=6,
             k_neighbors=2,

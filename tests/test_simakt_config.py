@@ -233,8 +233,8 @@ def test_with_settings_changes_typed_fields_once():
     assert sim.heads[0].params.n_clusters == 80  # the original is untouched
     pw = load_simakt_config("dual_modular").with_settings(future_weight=1.0, decay_factor=0.5)
     assert all(h.temporal.future_weight == 1.0 and h.decay_factor == 0.5 for h in pw.heads)
-    content = load_simakt_config("multi_similarity").with_settings(future_weight=1.0)
-    assert all(h.temporal.strategy == "content" for h in content.heads)  # stay content heads
+    with pytest.raises(ValueError, match="future_weight=1.0 has no effect: no head"):
+        load_simakt_config("multi_similarity").with_settings(future_weight=1.0)  # content heads
     with pytest.raises(ValueError, match=r"k_neighbors=400 is larger than the bank"):
         load_simakt_config("dual_modular").with_settings(k_neighbors=400)
     with pytest.raises(ValueError, match=r"future_weight must be in \[0, 1\]"):

@@ -10,7 +10,7 @@ from kt_lib.heads.simakt_config import load_simakt_config
 from kt_lib.heads.similarity import KNNHead
 from kt_lib.heads.similarity_base import NegativeEuclidean
 from kt_lib.models import build_model
-from kt_lib.seed_warnings import SeedRangeWarning, SeedSettingWarning
+from kt_lib.seed_warnings import SeedRangeWarning, SeedSettingWarning, quiet
 
 TEMPORAL = {"strategy": "position_weighted", "future_weight": 0.3}
 
@@ -160,3 +160,154 @@ def test_a_seed_warning_is_raised_once_per_process():
     with warnings.catch_warnings():
         warnings.simplefilter("error", SeedRangeWarning)
         load_simakt_config(spec)  # the same message again: silent
+
+
+# -- temporal settings a strategy does not read (review finding 3) -------------------------------
+
+
+@pytest.mark.parametrize(
+    "temporal,match",
+    [
+        (
+            {"strategy": "content", "decay_factor": 0.5},
+            "decay_factor=0.5 has no effect under the c",
+        ),
+        ({"strategy": "content", "future_weight": 0.9}, "future_weight=0.9 has no effect under"),
+        ({"strategy": "prefix_aligned", "decay_factor": 0.5}, "it reads none of them"),
+        ({"strategy": "position_weighted", "window_sizes": [5]}, r"reads it \(multiscale\)"),
+        ({"strategy": "multiscale", "future_weight": 0.3}, "it reads window_sizes"),
+    ],
+)
+def test_a_temporal_field_the_strategy_does_not_read_is_refused(temporal, match):
+    with pytest.raises(ValueError, match=match):
+        load_simakt_config(step2({"type": "cluster", "n_clusters": 100}, temporal))
+
+
+def test_temporal_fields_act_where_read_and_the_seeds_value_elsewhere_warns():
+    multi = quiet_load(
+        step2({"type": "knn", "memory_size": 200}, {"strategy": "multiscale", "window_sizes": [4]})
+    )
+    model = build_model("simakt", preset="tiny", similarity=multi, num_c=10)
+    assert model.inter.heads[0].temporal.windows == [4]  # acts: one projection per window
+    with pytest.warns(SeedSettingWarning, match="decay_factor=0.95 has no effect under the c"):
+        load_simakt_config(
+            step2({"type": "cluster"}, {"strategy": "content", "decay_factor": 0.95})
+        )
+
+
+def test_a_hybrid_temporal_config_that_reaches_no_module_is_refused():
+    module = {"type": "cluster", "n_clusters": 100, "temporal_config": {"strategy": "content"}}
+    hybrid = {"type": "hybrid", "modules": [module]}
+    with pytest.raises(ValueError, match="temporal_config reaches no module"):
+        load_simakt_config(step2(hybrid))
+    inherited = quiet_load(step2({**hybrid, "modules": [{"type": "knn", "memory_size": 200}]}))
+    assert inherited.heads[0].params.modules[0].temporal.future_weight == 0.3  # inherits: acts
+
+
+def test_with_settings_refuses_a_temporal_setting_no_head_reads():
+    content = quiet_load(
+        {"intra_heads": 6, "inter_heads": [{"type": "cluster", "n_clusters": 100}] * 2}
+    )
+    with pytest.raises(ValueError, match="decay_factor=0.5 has no effect: no head"):
+        content.with_settings(decay_factor=0.5)
+    mixed = quiet_load(
+        {
+            "intra_heads": 6,
+            "inter_heads": [
+                {"type": "cluster", "n_clusters": 100},
+                {"type": "knn", "memory_size": 200, "temporal_config": TEMPORAL},
+            ],
+        }
+    )
+    changed = mixed.with_settings(decay_factor=0.5)
+    assert [h.decay_factor for h in changed.heads] == [0.95, 0.5]  # the content head unchanged
+
+
+def test_the_search_space_keeps_only_settings_the_preset_reads():
+    from kt_lib.runs.search import SIMAKT_SPACE, preset_space, simakt_overrides
+
+    assert preset_space(SIMAKT_SPACE, "position_weighted_dual") == SIMAKT_SPACE
+    content = preset_space(SIMAKT_SPACE, "multi_similarity")  # content heads, no KNN head
+    assert sorted(content) == ["cluster_weight", "lr", "n_clusters"]
+    draw = {n: (int(d.low) if d.kind == "int" else d.low) for n, d in content.items()}
+    overrides = simakt_overrides(draw, "multi_similarity")  # a trial builds instead of failing
+    assert overrides["similarity"]["inter_heads"][0]["n_clusters"] == 10
+    with pytest.raises(ValueError, match="has no effect"):
+        simakt_overrides({"decay_factor": 0.9}, "multi_similarity")
+    assert "memory_size" in preset_space(SIMAKT_SPACE, "cluster_only")  # knn_weight turns it on
+    no_knn_weight = {k: v for k, v in SIMAKT_SPACE.items() if k != "knn_weight"}
+    assert "memory_size" not in preset_space(no_knn_weight, "cluster_only")
+
+
+# -- total_heads (review finding 4) --------------------------------------------------------------
+
+
+def test_total_heads_is_checked_after_head_allocation_and_against_the_model():
+    with pytest.raises(ValueError, match="6 intra \\+ 2 inter heads != total_heads=9"):
+        load_simakt_config(step1(intra_heads=None, total_heads=9, head_allocation=allocation(
+            "cluster_similarity", "knn_similarity")))  # fmt: skip
+    step1_ten = {k: v for k, v in step1(total_heads=10).items() if k != "intra_heads"}
+    step2_ten = {"total_heads": 10, "inter_heads": [{"type": "cluster", "n_clusters": 100}]}
+    for spec in (step1_ten, step2_ten):
+        sim = quiet_load(spec)
+        with pytest.raises(ValueError, match="total_heads=10 but the model has n_heads=8"):
+            build_model("simakt", preset="tiny", similarity=sim, num_c=10, n_heads=8, d=32)
+        build_model("simakt", preset="tiny", similarity=sim, num_c=10, n_heads=10, d=40)
+    assert quiet_load(step2_ten).to_mapping()["total_heads"] == 10  # kept through checkpoints
+
+
+# -- settings of heads that are off (review finding 5) -------------------------------------------
+
+
+@pytest.mark.parametrize("preset", ["knn_only", "no_inter_student"])
+def test_a_setting_of_heads_that_are_all_off_is_refused(preset):
+    sim = load_simakt_config(preset, warn=False)
+    with pytest.raises(ValueError, match="n_clusters=30 acts on nothing: every head .*cluster"):
+        sim.with_settings(n_clusters=30)
+    with pytest.raises(ValueError, match="acts on nothing"):
+        load_simakt_config({"base": preset, "n_clusters": 30}, warn=False)
+    on = sim.with_settings(n_clusters=60, cluster_weight=0.5)  # turned on in the same call: acts
+    assert on.heads[0].params.n_clusters == 60
+    shrunk = sim.shrink(n_clusters=4, kmeans_n_init=1)  # grids' sizes skip off heads
+    assert shrunk.heads[0].params.n_clusters == 100 and shrunk.memory.kmeans_n_init == 1
+
+
+def test_a_head_an_influence_rule_may_turn_on_takes_its_settings():
+    spec = step1(
+        cluster_config={"influence_weight": 0.0},
+        large_dataset={"cluster_config": {"influence_weight": 1.0}},
+    )
+    sim = quiet_load(spec).with_settings(n_clusters=60)
+    assert sim.heads[0].params.n_clusters == 60
+
+
+# -- content metrics in Step 2 and in to_mapping (review finding 6) ------------------------------
+
+
+def test_to_mapping_writes_only_what_each_head_reads_and_step2_metrics_warn():
+    sim = quiet_load(step1(temporal_config=TEMPORAL))
+    mapping = sim.to_mapping()
+    cluster, knn = mapping["inter_heads"]
+    assert "similarity_metric" not in cluster and "distance_metric" not in knn
+    assert set(cluster["temporal_config"]) == {"strategy", "decay_factor", "future_weight"}
+    assert quiet_load(mapping) == sim  # parses back with no warning
+    content = quiet_load(step2({"type": "cluster", "n_clusters": 100}, None)).to_mapping()
+    assert content["inter_heads"][0]["temporal_config"] == {"strategy": "content"}
+    assert content["inter_heads"][0]["similarity_metric"] == "cosine"  # read: written
+    head = {"type": "cluster", "n_clusters": 100, "similarity_metric": "cosine"}
+    with pytest.warns(SeedSettingWarning, match="similarity_metric='cosine' has no effect"):
+        load_simakt_config(step2(head))  # a Step 2 entry no longer passes silently
+
+
+# -- warnings the library silences are not used up (review finding 13) ---------------------------
+
+
+def test_a_seed_warning_silenced_by_the_library_is_still_shown_later():
+    spec = step1(knn_config={"memory_size": 5000})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with quiet():
+            load_simakt_config(spec)
+    assert not [w for w in caught if issubclass(w.category, SeedRangeWarning)]
+    with pytest.warns(SeedRangeWarning, match="memory_size=5000"):
+        load_simakt_config(spec)  # the user's own load still warns

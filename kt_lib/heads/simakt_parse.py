@@ -86,9 +86,9 @@ def parse_temporal(raw, where: str = "") -> TemporalConfig:
     return from_dict(TemporalConfig, dict(raw), source=f"{where}temporal_config")
 
 
-def parse_head(raw, where: str = "", seed_example: bool = False) -> HeadConfig:
-    """A HeadConfig from one `inter_heads` entry (or, `seed_example`, a Step 1 cluster/knn
-    config: seed 000's own sections)."""
+def parse_head(raw, where: str = "") -> HeadConfig:
+    """A HeadConfig from one `inter_heads` entry (or a Step 1 cluster/knn config); a setting the
+    head does not read under its strategy is refused (the seed's own value warns once)."""
     where = _prefix(where)
     if not isinstance(raw, dict):
         raise ValueError(f"{where}an inter head must be a mapping, got {raw!r}")
@@ -119,7 +119,8 @@ def parse_head(raw, where: str = "", seed_example: bool = False) -> HeadConfig:
             f"strategy (it supports {', '.join(supported)})"
         )
     cls.check_temporal(head.temporal, where)
-    cls.check_content_params(raw, head.temporal.strategy, where, seed_example)
+    cls.check_temporal_fields(temporal_raw or {}, head.temporal.strategy, where)
+    cls.check_content_params(raw, head.temporal.strategy, where)
     if type_ == "custom":
         params = raw.pop("params", None) or {}
         if raw:
@@ -162,6 +163,14 @@ def _check_total(data: dict, intra: int | None, n_inter: int, where: str) -> Non
             f"{where}head-count mismatch: {intra} intra + {n_inter} inter heads != "
             f"total_heads={total}"
         )
+
+
+def _total(data: dict, where: str) -> int | None:
+    """total_heads, checked against the model's n_heads by SimilarityConfig.n_intra."""
+    total = data.get("total_heads")
+    if total is not None and (not isinstance(total, int) or isinstance(total, bool)):
+        raise ValueError(f"{where}total_heads must be an integer, got {total!r}")
+    return total
 
 
 def _intra(data: dict, where: str) -> int | None:
@@ -267,12 +276,13 @@ def parse_step1(data: dict, where: str, source: str) -> SimilarityConfig:
             raws = [({"type": approach, **sec[f"{approach}_config"]}, f"{approach}_config")] * n
     if temporal:
         raws = [({**raw, "temporal_config": temporal}, at) for raw, at in raws]
-    heads = [parse_head(raw, f"{where}{at}", seed_example=True) for raw, at in raws]
+    heads = [parse_head(raw, f"{where}{at}") for raw, at in raws]
     _name_heads(heads)
     intra = _intra(data, where)
     _check_total(data, intra, len(heads), where)
     if "head_allocation" in data:
         heads, intra = allocate_heads(data["head_allocation"], heads, intra, where)
+        _check_total(data, intra, len(heads), where)  # the allocation's own intra count
     return SimilarityConfig(
         approach,
         heads,
@@ -282,6 +292,7 @@ def parse_step1(data: dict, where: str, source: str) -> SimilarityConfig:
         str(data.get("lr_scaling", "none")),
         str(data.get("description", "")),
         source,
+        _total(data, where),
     )
 
 
@@ -305,6 +316,7 @@ def parse_step2(data: dict, where: str, source: str) -> SimilarityConfig:
         str(data.get("lr_scaling", "none")),
         str(data.get("description", "")),
         source,
+        _total(data, where),
     )
 
 

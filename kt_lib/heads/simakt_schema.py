@@ -19,7 +19,13 @@ from ..config import from_dict, require
 from ..memory.banks import KMEANS_N_INIT
 from ..memory.encoders import ENCODERS
 from ..memory.similarity import TEMPORAL_STRATEGIES
-from .similarity_base import CONTENT, SIMILARITY_HEADS, HybridParams, head_class_of
+from .similarity_base import (
+    CONTENT,
+    SEED_TEMPORAL,
+    SIMILARITY_HEADS,
+    HybridParams,
+    head_class_of,
+)
 
 TEMPORAL_SETTINGS = {"decay_factor", "future_weight", "window_sizes"}  # with_settings knobs
 
@@ -30,9 +36,9 @@ class TemporalConfig:
     (seed 000, "Temporal Mismatch Handling"; the seed's temporal_config)."""
 
     strategy: str = "position_weighted"  # content or a TEMPORAL_STRATEGIES name (seed: strategy 2)
-    decay_factor: float = 0.95  # weight decay per step of distance, in (0, 1]
-    future_weight: float = 0.0  # weight of the memory's later steps, [0, 1] (0: strict causal)
-    window_sizes: list[int] = field(default_factory=lambda: [10, 20, 50])  # multiscale windows
+    decay_factor: float = SEED_TEMPORAL["decay_factor"]  # decay per step of distance, (0, 1]
+    future_weight: float = SEED_TEMPORAL["future_weight"]  # memory's later steps, [0, 1]
+    window_sizes: list[int] = field(default_factory=lambda: list(SEED_TEMPORAL["window_sizes"]))
 
     def validate(self) -> None:
         valid = [CONTENT, *TEMPORAL_STRATEGIES.names()]
@@ -81,17 +87,25 @@ class HeadConfig:
     def future_weight(self) -> float:
         return self.temporal.future_weight
 
-    def to_mapping(self, with_weight: bool = True) -> dict:
-        """The Step 2 `inter_heads` entry that parses back to this head."""
+    def to_mapping(self, with_weight: bool = True, complete: bool = False) -> dict:
+        """The Step 2 `inter_heads` entry that parses back to this head: only the settings the
+        head reads under its strategy (`complete`: every field, as bank signatures record)."""
         out: dict[str, Any] = {"type": self.type}
         if self.module_path:
             out["module_path"] = self.module_path
         if with_weight:
             out["influence_weight"] = self.influence_weight
-        out["temporal_config"] = asdict(self.temporal)
+        temporal = asdict(self.temporal)
         params = {
-            f.name: _plain(getattr(self.params, f.name)) for f in dataclasses.fields(self.params)
+            f.name: _plain(getattr(self.params, f.name), complete)
+            for f in dataclasses.fields(self.params)
         }
+        cls = _head_class(self)
+        if not complete and cls is not None:
+            reads = cls.temporal_reads(self.strategy) | {"strategy"}
+            temporal = {k: v for k, v in temporal.items() if k in reads}
+            params = {k: v for k, v in params.items() if cls.reads_param(k, self.strategy)}
+        out["temporal_config"] = temporal
         if self.type == "custom":
             out["params"] = params
         else:
@@ -104,11 +118,11 @@ class HeadConfig:
         return [self, *(h for part in parts for h in part.walk())]
 
 
-def _plain(value):
+def _plain(value, complete: bool):
     if isinstance(value, HeadConfig):
-        return value.to_mapping(with_weight=False)
+        return value.to_mapping(with_weight=False, complete=complete)
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [_plain(v, complete) for v in value]
     return value
 
 
@@ -190,11 +204,18 @@ class SimilarityConfig:
     lr_scaling: str = "none"  # inter heads' learning rate: none | inverse_influence (lr / weight)
     description: str = ""
     source: str = ""  # where it was read from (error messages)
+    total_heads: int | None = None  # the seed's total_heads: must equal the model's n_heads
 
     def n_intra(self, n_heads: int) -> int:
         """Intra heads for a model with n_heads heads (head-count mismatch is an error)."""
         intra = n_heads - len(self.heads) if self.intra_heads is None else self.intra_heads
         where = f"{self.source}: " if self.source else ""
+        if self.total_heads is not None and self.total_heads != n_heads:
+            raise ValueError(
+                f"{where}total_heads={self.total_heads} but the model has n_heads={n_heads}: "
+                f"set the model's n_heads to {self.total_heads}, or total_heads to {n_heads} "
+                "(or drop total_heads)"
+            )
         if intra + len(self.heads) != n_heads:
             raise ValueError(
                 f"{where}head-count mismatch: {intra} intra + {len(self.heads)} "
@@ -207,12 +228,15 @@ class SimilarityConfig:
             )
         return intra
 
-    def to_mapping(self) -> dict:
-        """The Step 2 mapping that parses back to this config (no pickle, JSON-safe)."""
+    def to_mapping(self, complete: bool = False) -> dict:
+        """The Step 2 mapping that parses back to this config (no pickle, JSON-safe); each head
+        writes the settings it reads (`complete`: every field, see `bank_signature`)."""
         out: dict[str, Any] = {"approach": self.approach}
         if self.intra_heads is not None:
             out["intra_heads"] = self.intra_heads
-        out["inter_heads"] = [h.to_mapping() for h in self.heads]
+        if self.total_heads is not None:
+            out["total_heads"] = self.total_heads
+        out["inter_heads"] = [h.to_mapping(complete=complete) for h in self.heads]
         out["memory"] = asdict(self.memory)
         if self.influence_rule is not None:
             out["influence_rule"] = asdict(self.influence_rule)
@@ -221,8 +245,10 @@ class SimilarityConfig:
         return out
 
     def bank_signature(self) -> dict:
-        """What the banks depend on (compared when prebuilt banks are loaded)."""
-        out = self.to_mapping()
+        """What the banks depend on (compared when prebuilt banks are loaded): every field, so
+        bank files written before `to_mapping` left out unread settings still match."""
+        out = self.to_mapping(complete=True)
+        out.pop("total_heads", None)
         for key in ("description", "lr_scaling"):
             out.pop(key)
         for key in ("bank_dir", "batch_size", "update_frequency"):
@@ -240,7 +266,7 @@ class SimilarityConfig:
         The matched baseline of a SimAKT variant is its `inter_off()` (for the 6 + 2 presets,
         the `no_inter_student` preset).
         """
-        return self.with_settings(inter_weight=0.0)
+        return self.with_settings(inter_weight=0.0) if self.heads else copy.deepcopy(self)
 
     def influence(self, head_type: str) -> float:
         """Influence weight of the first head of `head_type` (0.0 when there is none)."""
@@ -250,11 +276,15 @@ class SimilarityConfig:
         """A validated copy with ablation settings changed (None values are left as they are).
 
         A head parameter (n_clusters, memory_size, k_neighbors, temperature, sampling, set_size,
-        ...) changes on every head (or hybrid module) whose parameters have it; decay_factor,
-        future_weight and window_sizes on every head with a temporal strategy (content heads
-        stay content heads); a MemoryConfig field (kmeans_n_init, folds, min_length, ...) on the
-        banks; `<type>_weight` is the influence weight of the heads of that type, `inter_weight`
-        of every inter head (`inter_weight=0`: inter heads off, see `inter_off`).
+        ...) changes on every head (or hybrid module) that reads it; decay_factor, future_weight
+        and window_sizes on every head whose strategy reads them (position_weighted and
+        completion: decay_factor, future_weight; multiscale: window_sizes; content and
+        prefix_aligned: none); a MemoryConfig field (kmeans_n_init, folds, min_length, ...) on
+        the banks; `<type>_weight` is the influence weight of the heads of that type,
+        `inter_weight` of every inter head (`inter_weight=0`: inter heads off, see `inter_off`).
+        A setting that would act on nothing is refused: no head reads it (a metric under a
+        temporal strategy, decay_factor on content heads, knn_weight without a KNN head), or
+        every head that reads it is off (influence weight 0, after this call's weights).
         """
         changes = {k: v for k, v in changes.items() if v is not None}
         valid = self._setting_names()
@@ -266,42 +296,113 @@ class SimilarityConfig:
         memory = {k: v for k, v in changes.items() if k in _field_names(MemoryConfig)}
         if memory:
             out.memory = from_dict(MemoryConfig, {**asdict(out.memory), **memory}, f"{where}memory")
-        temporal = {k: v for k, v in changes.items() if k in TEMPORAL_SETTINGS}
-        if "inter_weight" in changes:  # one fixed weight for every head replaces a size rule
-            out.influence_rule = None
-        for head in out.heads:
-            weight = changes.get(f"{head.type}_weight", changes.get("inter_weight"))
-            if weight is not None:
-                require(weight >= 0, f"{head.type}_weight must be >= 0, got {weight}")
-                head.influence_weight = float(weight)
-            for h in head.walk():
-                at = f"{where}{h.name}"
-                own = {k: v for k, v in changes.items() if k in _field_names(type(h.params))}
-                cls = _head_class(h)
-                if own and cls is not None:
-                    current = _shallow(h.params)
-                    new = {k: v for k, v in own.items() if v != current.get(k)}
-                    cls.check_content_params(new, h.temporal.strategy, f"{at}: ")
-                if own and not isinstance(h.params, HybridParams):
-                    merged = {**_shallow(h.params), **own}
-                    h.params = from_dict(type(h.params), merged, at)
-                if temporal and h.temporal.strategy != CONTENT:
-                    merged = {**asdict(h.temporal), **temporal}
-                    h.temporal = from_dict(TemporalConfig, merged, f"{at}: temporal_config")
-                    if cls is not None:
-                        cls.check_temporal(h.temporal, f"{at}: ")
+        weights = {k: v for k, v in changes.items() if k in self.weight_names()}
+        out._set_weights(weights, where)
+        per_head: dict[int, tuple[HeadConfig, dict]] = {}
+        for name, value in changes.items():
+            if name not in memory and name not in weights:
+                for h in out._readers(name, value, where):
+                    per_head.setdefault(id(h), (h, {}))[1][name] = value
+        for h, own in per_head.values():  # one validation per head: k_neighbors <= memory_size
+            at = f"{where}{h.name}"
+            temporal = {k: v for k, v in own.items() if k in TEMPORAL_SETTINGS}
+            params = {k: v for k, v in own.items() if k not in TEMPORAL_SETTINGS}
+            if temporal:
+                merged = {**asdict(h.temporal), **temporal}
+                h.temporal = from_dict(TemporalConfig, merged, f"{at}: temporal_config")
+                _head_class(h).check_temporal(h.temporal, f"{at}: ")
+            if params:
+                h.params = from_dict(type(h.params), {**_shallow(h.params), **params}, at)
         return out
+
+    def shrink(self, **sizes) -> SimilarityConfig:
+        """Bank sizes for a small training set (n_clusters, memory_size, k_neighbors,
+        kmeans_n_init; None: left as is) through `with_settings`, skipping a size that no head
+        that is on reads (an off head builds no bank), so one size list fits every layout of a
+        grid. To vary a size use `with_settings`, which refuses one that acts on nothing."""
+        memory = _field_names(MemoryConfig)
+        acting = {
+            k: v
+            for k, v in sizes.items()
+            if v is not None and (k in memory or any(self._on(t) for t, _ in self._takers(k)))
+        }
+        return self.with_settings(**acting)
+
+    def takes(self, name: str) -> bool:
+        """Whether setting `name` acts on this layout: a bank setting, the influence weight of a
+        head it has, or a setting read by a head that is on (see `with_settings`)."""
+        if name in _field_names(MemoryConfig):
+            return True
+        if name == "inter_weight":
+            return bool(self.heads)
+        if name in self.weight_names():
+            return any(f"{h.type}_weight" == name for h in self.heads)
+        return any(self._on(top) for top, _ in self._takers(name))
+
+    def _on(self, head: HeadConfig) -> bool:
+        """A top-level head is on: its weight, or one an influence rule may give it, is > 0."""
+        if head.influence_weight > 0:
+            return True
+        rule = self.influence_rule
+        if rule is None:
+            return False
+        return any(rule.weights_for([head], n)[0] > 0 for n in (0, rule.min_large_students))
+
+    def _takers(self, name: str) -> list[tuple[HeadConfig, HeadConfig]]:
+        """(top-level head, head or hybrid module) for every head that reads setting `name`."""
+        return [(top, h) for top in self.heads for h in top.walk() if _reads(h, name)]
+
+    def _set_weights(self, weights: dict, where: str) -> None:
+        if "inter_weight" in weights:  # one fixed weight for every head replaces a size rule
+            self.influence_rule = None
+        for key, weight in weights.items():
+            heads = [h for h in self.heads if key in ("inter_weight", f"{h.type}_weight")]
+            if not heads:
+                have = ", ".join(h.name for h in self.heads) or "none"
+                raise ValueError(
+                    f"{where}{key}={weight!r} has no effect: this layout has no such head "
+                    f"(inter heads: {have})"
+                )
+            require(weight >= 0, f"{key} must be >= 0, got {weight}")
+        for head in self.heads:
+            weight = weights.get(f"{head.type}_weight", weights.get("inter_weight"))
+            if weight is not None:
+                head.influence_weight = float(weight)
+
+    def _readers(self, name: str, value, where: str) -> list[HeadConfig]:
+        """The heads that read setting `name`; refused when none does, or every one is off."""
+        takers = self._takers(name)
+        if not takers:
+            have = ", ".join(f"{h.name} ({h.strategy})" for h in self._all_heads()) or "none"
+            raise ValueError(
+                f"{where}{name}={value!r} has no effect: no head of this layout reads it (heads "
+                f"and strategies: {have}); a metric acts under the content strategy only, "
+                "decay_factor and future_weight under position_weighted and completion, "
+                "window_sizes under multiscale. Drop it, or change a head's temporal_config"
+            )
+        if not any(self._on(top) for top, _ in takers):
+            off = sorted({top.type for top, _ in takers})
+            raise ValueError(
+                f"{where}{name}={value!r} acts on nothing: every head that reads it "
+                f"({', '.join(sorted({top.name for top, _ in takers}))}) is off (influence "
+                f"weight 0, so it builds no bank and outputs zeros). Drop it, or turn the head "
+                f"on in the same call ({', '.join(f'{t}_weight=...' for t in off)})"
+            )
+        return [h for _, h in takers]
+
+    def weight_names(self) -> set[str]:
+        """The influence-weight settings: inter_weight and <type>_weight."""
+        types = {*SIMILARITY_HEADS, *(h.type for h in self.heads)}
+        return {"inter_weight", *(f"{t}_weight" for t in types)}
 
     def _setting_names(self) -> set[str]:
         classes = {*SIMILARITY_HEADS.values(), *(_head_class(h) for h in self._all_heads())}
         params = {n for c in classes if c is not None for n in _field_names(c.params_cls)}
-        types = {*SIMILARITY_HEADS, *(h.type for h in self.heads)}
         return (
             (params - _field_names(HybridParams))
             | _field_names(MemoryConfig)
             | TEMPORAL_SETTINGS
-            | {f"{t}_weight" for t in types}
-            | {"inter_weight"}
+            | self.weight_names()
         )
 
     def _all_heads(self) -> list[HeadConfig]:
@@ -314,6 +415,17 @@ def _field_names(cls) -> set[str]:
 
 def _shallow(params) -> dict:
     return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}
+
+
+def _reads(h: HeadConfig, name: str) -> bool:
+    """Whether head (or hybrid module) `h` reads setting `name` under its strategy."""
+    cls = _head_class(h)
+    if cls is None:  # a custom head whose module is gone: nothing can be checked
+        return False
+    if name in TEMPORAL_SETTINGS:
+        return name in cls.temporal_reads(h.strategy)
+    params = _field_names(type(h.params))
+    return name in params - _field_names(HybridParams) and cls.reads_param(name, h.strategy)
 
 
 def _head_class(h: HeadConfig):

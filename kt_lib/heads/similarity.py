@@ -250,11 +250,25 @@ class HybridHead(BaseSimilarityHead):
         return [CONTENT, *TEMPORAL_STRATEGIES.names()]  # checked again by each module
 
     @classmethod
+    def temporal_reads(cls, strategy: str) -> frozenset[str]:
+        return frozenset()  # its temporal_config is handed to the modules, which read it
+
+    @classmethod
+    def check_temporal_fields(cls, given: dict, strategy: str, where: str) -> None:
+        """Each module that inherits the hybrid head's temporal_config checks it (parse_params)."""
+
+    @classmethod
     def parse_params(cls, raw: dict, where: str, temporal: dict | None) -> HybridParams:
         raw = dict(raw)
         modules = raw.pop("modules", None)
         if not isinstance(modules, list) or not modules:
             raise ValueError(f"{where}: a hybrid head needs 'modules', a non-empty list of heads")
+        own = [isinstance(m, dict) and "temporal_config" in m for m in modules]
+        if temporal and set(temporal) - {"strategy"} and all(own):
+            raise ValueError(
+                f"{where}: the hybrid head's temporal_config reaches no module (each sets its "
+                "own): remove it, or remove the modules' own temporal_config"
+            )
         parsed = []
         for j, m in enumerate(modules):
             at = f"{where}.modules[{j}]"

@@ -33,6 +33,12 @@ if TYPE_CHECKING:  # annotations only
 SIMILARITY_HEADS: Registry = Registry("inter-student head")
 METRICS: Registry = Registry("similarity metric")
 CONTENT = "content"  # strategy name: score the query against projected keys
+# seed 000's temporal values (its examples and classes): TemporalConfig's defaults
+SEED_TEMPORAL: dict[str, Any] = {
+    "decay_factor": 0.95,
+    "future_weight": 0.0,
+    "window_sizes": [10, 20, 50],
+}
 # seed 000 names custom modules that do not exist; the workbook ships the same ideas here
 SEED_MODULE_PATHS = {
     "research.trajectory_similarity.DeepSetSimilarity": "kt_lib.heads.similarity.DeepSetSimilarity"
@@ -64,6 +70,16 @@ class BankBuild:
     members: StateSource  # the training students of this bank (other folds), encoded
     seed: int  # MemoryConfig.seed
     kmeans_n_init: int  # MemoryConfig.kmeans_n_init
+
+
+def refuse_unread(key: str, value, seed_value, strategy: str, why: str, fix: str, where: str):
+    """A setting that has no effect under `strategy`: the seed's own value warns once
+    (SeedSettingWarning), any other is refused with why and what to do (`fix`)."""
+    msg = f"{where}{key}={value!r} has no effect under the {strategy} strategy: {why}"
+    if value == seed_value:
+        warn_once(f"{msg} (the seed's value; ignored)", SeedSettingWarning, 5)
+        return
+    raise ValueError(f"{msg}; {fix}")
 
 
 def masked_softmax(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -134,7 +150,9 @@ class BaseSimilarityHead(nn.Module):
     `forward(query, ctx)`, and, if they read a bank, set `bank_cls` and implement `build_bank`
     and `_install` (register the stacked per-fold tensors as non-persistent buffers). Heads that
     score slots by their trajectories set `reads_trajectories` (every temporal strategy is then
-    available); others list the strategies they implement in `temporal_strategies`.
+    available); others list the strategies they implement in `temporal_strategies`. A setting a
+    head does not read under its strategy (`temporal_reads`, `reads_param`) is refused when
+    given, never written by `HeadConfig.to_mapping`, and not changed by `with_settings`.
     """
 
     params_cls: ClassVar[type] = NoParams
@@ -169,30 +187,52 @@ class BaseSimilarityHead(nn.Module):
         """Raise ValueError for temporal settings this head type cannot honour."""
 
     @classmethod
-    def check_content_params(
-        cls, given: dict, strategy: str, where: str, seed_example: bool = False
-    ) -> None:
+    def temporal_reads(cls, strategy: str) -> frozenset[str]:
+        """The temporal_config settings (decay_factor, future_weight, window_sizes) the head reads
+        under `strategy`: the registered strategy's `reads`; none under content."""
+        if strategy == CONTENT or strategy not in TEMPORAL_STRATEGIES:
+            return frozenset()
+        return TEMPORAL_STRATEGIES[strategy].reads
+
+    @classmethod
+    def reads_param(cls, name: str, strategy: str) -> bool:
+        """Whether parameter `name` acts under `strategy` (`content_params`: content only)."""
+        return strategy == CONTENT or name not in cls.content_params
+
+    @classmethod
+    def check_temporal_fields(cls, given: dict, strategy: str, where: str) -> None:
+        """A temporal_config field the head does not read under `strategy` (e.g. decay_factor
+        under content or prefix_aligned, window_sizes outside multiscale) is refused; the seed's
+        own value of it warns once (SeedSettingWarning)."""
+        reads = cls.temporal_reads(strategy)
+        for key in sorted(set(given) - reads - {"strategy"}):
+            readers = [s for s in cls.supported_strategies() if key in cls.temporal_reads(s)]
+            why = f"it reads {', '.join(sorted(reads))}" if reads else "it reads none of them"
+            fix = f"remove {key}" + (
+                f", or pick a strategy that reads it ({', '.join(readers)})" if readers else ""
+            )
+            refuse_unread(key, given[key], SEED_TEMPORAL.get(key), strategy, why, fix, where)
+
+    @classmethod
+    def check_content_params(cls, given: dict, strategy: str, where: str) -> None:
         """A `content_params` setting (a metric) acts under the content strategy only. Under a
         temporal strategy the value seed 000's example gives (the default) warns once
-        (SeedSettingWarning) in the seed's own sections (`seed_example`) and passes elsewhere
-        (it is what `to_mapping` writes); any other value is refused."""
+        (SeedSettingWarning; `HeadConfig.to_mapping` never writes it there); any other value
+        is refused."""
         if strategy == CONTENT:
             return
         for key, seed_value in cls.content_params.items():
-            if key not in given:
-                continue
-            msg = (
-                f"{where}{key}={given[key]!r} has no effect under the {strategy} temporal "
-                "strategy: the head scores its slots by comparing trajectories, not by a metric"
-            )
-            if given[key] == seed_value:
-                if seed_example:
-                    warn_once(f"{msg} (seed 000's example sets it; ignored)", SeedSettingWarning, 4)
-                continue
-            raise ValueError(
-                f"{msg}; remove {key}, or set temporal_config: {{strategy: content}} to score "
-                f"slots by {key}"
-            )
+            if key in given:
+                refuse_unread(
+                    key,
+                    given[key],
+                    seed_value,
+                    strategy,
+                    "the head scores its slots by comparing trajectories, not by a metric",
+                    f"remove {key}, or set temporal_config: {{strategy: content}} to score "
+                    f"slots by {key}",
+                    where,
+                )
 
     # -- state ----------------------------------------------------------------------------------
     @property

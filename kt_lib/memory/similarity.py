@@ -32,7 +32,7 @@ students and positions in Python; here einsums and [L, S] weight matrices do eve
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -182,7 +182,13 @@ def prefix_aligned_similarity(
 
 
 class TemporalStrategy(nn.Module):
-    """A registered strategy: forward(cur [B, L, D], mem [M, S, D], valid [M, S]) -> [B, L, M]."""
+    """A registered strategy: forward(cur [B, L, D], mem [M, S, D], valid [M, S]) -> [B, L, M].
+
+    `reads`: the temporal settings (decay_factor, future_weight, window_sizes) it uses; the
+    configuration refuses the others (kt_lib.heads.similarity_base).
+    """
+
+    reads: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, d: int, settings: TemporalSettings):
         super().__init__()
@@ -212,6 +218,8 @@ class PrefixAligned(TemporalStrategy):
 class PositionWeighted(TemporalStrategy):
     """Strategy 2: decayed per-step cosines; future_weight for the memory's later steps."""
 
+    reads = frozenset({"decay_factor", "future_weight"})
+
     def forward(self, cur, mem, valid):
         return position_weighted_similarity(cur, mem, valid, self.decay, self.future_weight)
 
@@ -219,6 +227,8 @@ class PositionWeighted(TemporalStrategy):
 @TEMPORAL_STRATEGIES.register("multiscale")
 class MultiScale(TemporalStrategy):
     """Strategy 3: trailing-window means at several scales through learned projections."""
+
+    reads = frozenset({"window_sizes"})
 
     def __init__(self, d: int, settings: TemporalSettings):
         super().__init__(d, settings)
@@ -256,6 +266,8 @@ class MultiScale(TemporalStrategy):
 class Completion(TemporalStrategy):
     """Strategy 4: the past as position weighting, the future as a predicted completion of the
     current student (from step t) against the historical students' real later steps."""
+
+    reads = frozenset({"decay_factor", "future_weight"})
 
     def __init__(self, d: int, settings: TemporalSettings):
         super().__init__(d, settings)

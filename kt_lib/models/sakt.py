@@ -34,7 +34,7 @@ from torch import nn
 from ..config import require
 from ..data.dataset import Batch, interaction_token
 from ..nn import Dropout, FeedForward, MultiHeadAttention
-from ..seed_warnings import SeedRangeWarning
+from ..seed_warnings import SeedRangeWarning, quiet
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 
@@ -216,8 +216,7 @@ class SAKT(nn.Module):
     def from_model(cls, model: SAKTModel) -> SAKT:
         """Wrap the weights of a trained registry SAKT in the seed interface."""
         c = model.config
-        with warnings.catch_warnings():  # sizes SAKTConfig validated (tiny, d x d FFN) stay quiet
-            warnings.simplefilter("ignore", SeedRangeWarning)
+        with quiet(SeedRangeWarning):  # sizes SAKTConfig validated (tiny, d x d FFN)
             public = cls(c.num_c, c.d, c.n_heads, c.d_ff, c.dropout, c.max_len)
         public.net.load_state_dict(model.net.state_dict())
         return public

@@ -24,7 +24,6 @@ students only.
 from __future__ import annotations
 
 import copy
-import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -47,6 +46,7 @@ from ..heads.similarity import BankBuild, HeadContext, InterStudentHeads
 from ..memory.bank_files import bank_file, dataset_name, read_banks, write_banks
 from ..memory.banks import Bank, FoldAssignment
 from ..memory.encoders import EncodedSet, build_encoder, encode_dataset
+from ..seed_warnings import quiet
 from .base import register
 from .dtransformer import DTransformer, DTransformerConfig, ExtraHeads
 
@@ -317,9 +317,8 @@ class SimAKT(DTransformer):
 
         def old_signature(meta: dict) -> dict:  # written before the typed config
             refuse_untrusted_config(meta, Path(path).with_suffix(".json"), trust_code)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)
-                return load_simakt_config(meta["similarity"]).bank_signature()
+            with quiet():  # not used up: the user still sees them where the config is given
+                return load_simakt_config(meta["similarity"], warn=False).bank_signature()
 
         expected = {"similarity": self.config.similarity, **self._bank_meta()}
         self.load_extra_state(read_banks(path, expected, train, old_signature))

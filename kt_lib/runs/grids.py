@@ -52,12 +52,13 @@ def _cell(label, model, preset, overrides, factors) -> dict:
 
 
 # SimAKT presets are written for thousands of students (100+ clusters, 200-entry banks); the
-# grids shrink them with `SimilarityConfig.with_settings`, the schema's one list of settings.
+# grids shrink them with `SimilarityConfig.shrink` (with_settings for the heads that are on).
 
 
-def _simakt(preset: str, **changes):
-    """The parsed SimilarityConfig of `preset` with settings changed (no all-off warning)."""
-    return load_simakt_config(preset, warn=False).with_settings(**changes)
+def _simakt(preset: str, sizes: dict | None = None, **changes):
+    """The parsed SimilarityConfig of `preset` with settings changed (no all-off warning) and
+    the grid's bank `sizes` applied to the heads that are on (`SimilarityConfig.shrink`)."""
+    return load_simakt_config(preset, warn=False).with_settings(**changes).shrink(**(sizes or {}))
 
 
 def simakt_similarity(preset: str, **changes) -> dict:
@@ -65,9 +66,10 @@ def simakt_similarity(preset: str, **changes) -> dict:
     settings changed (None: left as is), as a plain mapping for a cell's overrides.
 
     Settings (see `SimilarityConfig.with_settings`): head parameters such as n_clusters,
-    memory_size, k_neighbors, temperature (on every head that has them), future_weight,
-    decay_factor (heads with a temporal strategy), bank settings such as kmeans_n_init, folds,
-    min_length, and <type>_weight influence weights (cluster_weight, knn_weight, ...).
+    memory_size, k_neighbors, temperature (on every head that reads them), future_weight,
+    decay_factor (heads whose strategy reads them), bank settings such as kmeans_n_init, folds,
+    min_length, and <type>_weight influence weights (cluster_weight, knn_weight, ...). A
+    setting that acts on nothing (no head reads it, or every head that does is off) is refused.
     """
     return _simakt(preset, **changes).to_mapping()
 
@@ -105,7 +107,7 @@ def simakt_heads(
         ("knn_only", "knn_only"),
         ("dual", "position_weighted_dual"),
     ):
-        sim = _simakt(name, **sizes)
+        sim = _simakt(name, sizes)
         factors = {"heads": label, **_influence(sim)}
         overrides_ = {"similarity": sim.to_mapping(), **overrides}
         cells.append(_cell(label, "simakt", preset, overrides_, factors))
@@ -135,7 +137,7 @@ def simakt_future_weight(
             f"future_weight={w:g}",
             "simakt",
             preset,
-            {"similarity": simakt_similarity(base, future_weight=float(w), **sizes), **overrides},
+            {"similarity": _simakt(base, sizes, future_weight=float(w)).to_mapping(), **overrides},
             {"future_weight": float(w)},
         )
         for w in weights
@@ -162,7 +164,7 @@ def simakt_influence(
     sizes = _bank_sizes(n_clusters, memory_size, k_neighbors, kmeans_n_init)
     cells = []
     for name in presets:
-        sim = _simakt(name, **sizes)
+        sim = _simakt(name, sizes)
         cells.append(
             _cell(
                 name,

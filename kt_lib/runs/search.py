@@ -1,7 +1,8 @@
 """Hyperparameter search over SimAKT's typed configuration with Optuna (seed 000, phase 4).
 
 A trial draws settings from a search space (`SIMAKT_SPACE`: influence weights, bank sizes,
-future_weight, decay_factor, learning rate), applies them with
+future_weight, decay_factor, learning rate; `preset_space` keeps those the preset's heads
+read), applies them with
 `SimilarityConfig.with_settings` (the one definition of every SimAKT field), trains with `fit`
 and returns the validation AUC; after each epoch it reports the validation AUC to Optuna, whose
 pruner may stop it (median pruner by default). Studies live in a storage URL (an SQLite file:
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..heads.simakt_config import load_simakt_config
 from ..train import TrainConfig
 from .experiment import Splits, run_experiment
 from .grids import simakt_similarity
@@ -74,6 +76,17 @@ def small_space(n_students: int) -> dict[str, Dim]:
     return space
 
 
+def preset_space(space: dict[str, Dim], similarity: str = "position_weighted_dual") -> dict:
+    """`space` without the settings that act on nothing in `similarity` (a preset, file or
+    mapping): decay_factor / future_weight when no head's strategy reads them, knn_weight
+    without a KNN head, a bank size whose heads stay off whatever weights the space draws.
+    `with_settings` refuses those, so drawing them would fail every trial; "lr" is kept."""
+    sim = load_simakt_config(similarity, warn=False)
+    weights = {n: 1.0 for n in space if n in sim.weight_names() and sim.takes(n)}
+    probe = sim.with_settings(**weights)  # every head the space may turn on, on
+    return {n: d for n, d in space.items() if n == "lr" or n in weights or probe.takes(n)}
+
+
 def trial_settings(trial, space: dict[str, Dim]) -> dict:
     """The settings one trial draws from `space`; k_neighbors never exceeds memory_size (a KNN
     head reads k of the bank's entries)."""
@@ -113,7 +126,7 @@ def run_study(
     """
     import optuna
 
-    space = space or small_space(len(bundle.train))
+    space = preset_space(space or small_space(len(bundle.train)), similarity)
     base = train_config or TrainConfig(progress=False)
 
     def objective(trial) -> float:
