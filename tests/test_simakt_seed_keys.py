@@ -269,7 +269,8 @@ def test_a_setting_of_heads_that_are_all_off_is_refused(preset):
     on = sim.with_settings(n_clusters=60, cluster_weight=0.5)  # turned on in the same call: acts
     assert on.heads[0].params.n_clusters == 60
     shrunk = sim.shrink(n_clusters=4, kmeans_n_init=1)  # grids' sizes skip off heads
-    assert shrunk.heads[0].params.n_clusters == 100 and shrunk.memory.kmeans_n_init == 1
+    assert shrunk.heads[0].params.n_clusters == 100  # and banks only where a head is on:
+    assert shrunk.memory.kmeans_n_init == (1 if preset == "knn_only" else 10)
 
 
 def test_a_head_an_influence_rule_may_turn_on_takes_its_settings():
@@ -311,3 +312,16 @@ def test_a_seed_warning_silenced_by_the_library_is_still_shown_later():
     assert not [w for w in caught if issubclass(w.category, SeedRangeWarning)]
     with pytest.warns(SeedRangeWarning, match="memory_size=5000"):
         load_simakt_config(spec)  # the user's own load still warns
+
+
+def test_a_memory_setting_of_a_layout_that_builds_no_bank_is_refused():
+    """no_inter_student builds no bank: kmeans_n_init or folds there would vary nothing; a
+    layout with a head on takes them, and `shrink` skips them where no bank is built."""
+    off = load_simakt_config("no_inter_student")
+    for setting in ({"kmeans_n_init": 3}, {"folds": 3}):
+        with pytest.raises(ValueError, match="act on nothing: every inter-student head"):
+            off.with_settings(**setting)
+        assert not off.takes(next(iter(setting)))
+    assert off.shrink(kmeans_n_init=1).memory == off.memory
+    on = load_simakt_config("cluster_only")
+    assert on.with_settings(kmeans_n_init=3).memory.kmeans_n_init == 3 and on.takes("folds")

@@ -284,7 +284,8 @@ class SimilarityConfig:
         `inter_weight` of every inter head (`inter_weight=0`: inter heads off, see `inter_off`).
         A setting that would act on nothing is refused: no head reads it (a metric under a
         temporal strategy, decay_factor on content heads, knn_weight without a KNN head), or
-        every head that reads it is off (influence weight 0, after this call's weights).
+        every head that reads it is off (influence weight 0, after this call's weights); a
+        MemoryConfig field when every head is off (no bank is built).
         """
         changes = {k: v for k, v in changes.items() if v is not None}
         valid = self._setting_names()
@@ -298,6 +299,12 @@ class SimilarityConfig:
             out.memory = from_dict(MemoryConfig, {**asdict(out.memory), **memory}, f"{where}memory")
         weights = {k: v for k, v in changes.items() if k in self.weight_names()}
         out._set_weights(weights, where)
+        if memory and not out._builds_banks():
+            raise ValueError(
+                f"{where}memory setting(s) {sorted(memory)} act on nothing: every inter-student "
+                "head of this layout is off, so it builds no bank; turn a head on first "
+                f"({', '.join(sorted(self.weight_names()))})"
+            )
         per_head: dict[int, tuple[HeadConfig, dict]] = {}
         for name, value in changes.items():
             if name not in memory and name not in weights:
@@ -324,20 +331,30 @@ class SimilarityConfig:
         acting = {
             k: v
             for k, v in sizes.items()
-            if v is not None and (k in memory or any(self._on(t) for t, _ in self._takers(k)))
+            if v is not None
+            and (
+                self._builds_banks()
+                if k in memory
+                else any(self._on(t) for t, _ in self._takers(k))
+            )
         }
         return self.with_settings(**acting)
 
     def takes(self, name: str) -> bool:
-        """Whether setting `name` acts on this layout: a bank setting, the influence weight of a
-        head it has, or a setting read by a head that is on (see `with_settings`)."""
+        """Whether setting `name` acts on this layout: a bank setting where a head is on, the
+        influence weight of a head it has, or a setting read by a head that is on (see
+        `with_settings`)."""
         if name in _field_names(MemoryConfig):
-            return True
+            return self._builds_banks()
         if name == "inter_weight":
             return bool(self.heads)
         if name in self.weight_names():
             return any(f"{h.type}_weight" == name for h in self.heads)
         return any(self._on(top) for top, _ in self._takers(name))
+
+    def _builds_banks(self) -> bool:
+        """Some inter-student head is on, so the layout builds memory banks."""
+        return any(self._on(h) for h in self.heads)
 
     def _on(self, head: HeadConfig) -> bool:
         """A top-level head is on: its weight, or one an influence rule may give it, is > 0."""
