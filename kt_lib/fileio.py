@@ -65,6 +65,11 @@ def atomic_write_bytes(path: str | Path, write) -> None:
         raise
 
 
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """`text` as UTF-8 with "\n" line ends, written atomically (`atomic_write_bytes`)."""
+    atomic_write_bytes(path, lambda f: f.write(text.encode("utf-8")))
+
+
 def read_bytes(path: Path) -> bytes:
     """The file's bytes; read errors other than a missing file become ValueError naming it."""
     try:

@@ -226,19 +226,8 @@ def test_a_checkpoint_naming_outside_code_is_refused_without_trust_code(tmp_path
     sys.modules.pop("kt_probe_head", None)
 
 
-@pytest.mark.parametrize("kill_at", range(6))
-def test_a_save_killed_at_any_step_leaves_a_whole_checkpoint(tmp_path, monkeypatch, kill_at):
-    """Kill `save_model` at each file operation of its sequence (link the old .pt aside, write
-    the new .pt, write the .json, drop the aside copy): loading then gives the old checkpoint or
-    the new one, whole, never an error; and a later save over the debris works."""
-    from kt_lib.checkpoint import load_checkpoint, save_model
-
-    torch.manual_seed(0)
-    model = build_model("sakt", preset="tiny", dataset=make_tiny_dataset(n=4))
-    save_model(tmp_path / "m", model, {"epoch": 0})
-    old = {k: v.clone() for k, v in model.state_dict().items()}
-    _bump(model)
-    new = {k: v.clone() for k, v in model.state_dict().items()}
+def _kill_file_operation(monkeypatch, kill_at: int) -> None:
+    """The process dies (KeyboardInterrupt) at the `kill_at`-th os.replace/link/unlink."""
     calls = {"n": 0}
 
     def dying(fn):
@@ -252,6 +241,22 @@ def test_a_save_killed_at_any_step_leaves_a_whole_checkpoint(tmp_path, monkeypat
 
     for name in ("replace", "link", "unlink"):
         monkeypatch.setattr(os, name, dying(getattr(os, name)))
+
+
+@pytest.mark.parametrize("kill_at", range(6))
+def test_a_save_killed_at_any_step_leaves_a_whole_checkpoint(tmp_path, monkeypatch, kill_at):
+    """Kill `save_model` at each file operation of its sequence (link the old .pt aside, write
+    the new .pt, write the .json, drop the aside copy): loading then gives the old checkpoint or
+    the new one, whole, never an error; and a later save over the debris works."""
+    from kt_lib.checkpoint import load_checkpoint, save_model
+
+    torch.manual_seed(0)
+    model = build_model("sakt", preset="tiny", dataset=make_tiny_dataset(n=4))
+    save_model(tmp_path / "m", model, {"epoch": 0})
+    old = {k: v.clone() for k, v in model.state_dict().items()}
+    _bump(model)
+    new = {k: v.clone() for k, v in model.state_dict().items()}
+    _kill_file_operation(monkeypatch, kill_at)
     try:
         save_model(tmp_path / "m", model, {"epoch": 1})
         finished = True
@@ -330,19 +335,7 @@ def test_a_second_kill_after_a_killed_save_still_leaves_a_whole_checkpoint(
     with pytest.raises(KeyboardInterrupt):
         save_model(tmp_path / "m", model, {"epoch": 1})
     monkeypatch.undo()
-    calls = {"n": 0}
-
-    def dying(fn):
-        def run(*a, **kw):
-            if calls["n"] == kill_at:
-                raise KeyboardInterrupt("killed")
-            calls["n"] += 1
-            return fn(*a, **kw)
-
-        return run
-
-    for name in ("replace", "link", "unlink"):
-        monkeypatch.setattr(os, name, dying(getattr(os, name)))
+    _kill_file_operation(monkeypatch, kill_at)
     _bump(model)
     try:
         save_model(tmp_path / "m", model, {"epoch": 2})

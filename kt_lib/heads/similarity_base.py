@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -27,8 +27,18 @@ from ..memory.similarity import TEMPORAL_STRATEGIES, build_strategy
 from ..registry import Registry
 from ..seed_warnings import SeedSettingWarning, warn_once
 
-if TYPE_CHECKING:  # annotations only
-    from .simakt_schema import HeadConfig
+
+class HeadSpec(Protocol):
+    """What a head reads of its configuration (`kt_lib.heads.simakt_schema.HeadConfig`, which
+    imports this module: the schema finds head classes here, heads never import the schema)."""
+
+    type: str
+    influence_weight: float
+    temporal: Any
+    params: Any
+    module_path: str | None
+    name: str
+
 
 SIMILARITY_HEADS: Registry = Registry("inter-student head")
 METRICS: Registry = Registry("similarity metric")
@@ -163,7 +173,7 @@ class BaseSimilarityHead(nn.Module):
     # parameters read under the content strategy only -> the value seed 000's example gives
     content_params: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, d_model: int, d_head: int, spec: HeadConfig, num_c: int):
+    def __init__(self, d_model: int, d_head: int, spec: HeadSpec, num_c: int):
         super().__init__()
         self.d_model, self.d_head, self.spec, self.num_c = d_model, d_head, spec, num_c
         self.p = spec.params
@@ -383,7 +393,7 @@ def import_head_class(path: str, where: str = "") -> type[BaseSimilarityHead]:
     return obj
 
 
-def head_class(spec: HeadConfig, where: str = "") -> type[BaseSimilarityHead]:
+def head_class(spec: HeadSpec, where: str = "") -> type[BaseSimilarityHead]:
     """Registry lookup, or the custom class named by `module_path`."""
     return head_class_of(spec.type, spec.module_path, where)
 

@@ -7,15 +7,13 @@ ValueError naming the file, the 1-based line and the offending value.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
+from ...fileio import atomic_write_text
 from ..dataset import KTDataset
 from .tokens import (
     _INT,
@@ -285,32 +283,20 @@ def read_line4(
     return _line_dataset(rec, _id_base(one_based, [rec]), uid_offset, num_c, num_pid, K, name)
 
 
-def _atomic_write(path: PathLike, text: str) -> None:
-    """Write a temp file in the same directory, then os.replace: readers never see half a file."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; data files are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def _join(a: np.ndarray) -> str:
     return ",".join(map(str, a.tolist()))
 
 
 def write_line3(dataset: KTDataset, path: PathLike, one_based: bool = True) -> None:
-    """Write the 3-line format, 1-based question ids unless `one_based=False` (atomic)."""
+    """Write the 3-line format, 1-based question ids unless `one_based=False` (atomic); a
+    student's raw id (`meta["raw_uid"]`, as the readers keep it) follows its length, `n,raw_uid`."""
+    raw = dataset.meta.get("raw_uid", {})
     b = int(one_based)
     out = []
     for s in dataset.students:
-        out += [str(len(s)), _join(s.q + b), _join(s.r)]
-    _atomic_write(path, "\n".join(out) + "\n")
+        head = f"{len(s)},{raw[s.uid]}" if s.uid in raw else str(len(s))
+        out += [head, _join(s.q + b), _join(s.r)]
+    atomic_write_text(path, "\n".join(out) + "\n")
 
 
 def write_line4(dataset: KTDataset, path: PathLike, one_based: bool = True) -> None:
@@ -323,4 +309,4 @@ def write_line4(dataset: KTDataset, path: PathLike, one_based: bool = True) -> N
     out = []
     for s in dataset.students:
         out += [f"{len(s)},{raw.get(s.uid, s.uid)}", _join(s.pid + b), _join(s.q + b), _join(s.r)]
-    _atomic_write(path, "\n".join(out) + "\n")
+    atomic_write_text(path, "\n".join(out) + "\n")

@@ -8,8 +8,7 @@ Layout of OUT_DIR:
 - `line4/` (datasets with problem ids) or `line3/` (without): `{name}_train.csv` (all train_valid
   students), `{name}_test.csv`, and per fold `{name}_train{k}.csv` / `{name}_valid{k}.csv`; 1-based
   ids, the header line `n,raw_uid` (both layouts; `read_line3`/`read_line4` keep the raw id in
-  `meta["raw_uid"]`), 4-line files by kt_lib.data.formats' `write_line4`, 3-line files here
-  (its `write_line3` writes `n` alone);
+  `meta["raw_uid"]`), written by kt_lib.data.formats' `write_line4` / `write_line3`;
 - `prepare.json`: the inputs with their SHA-256, the options, the choices and the counts.
 
 Each file goes to a temp file beside it and is renamed into place, so a reader never sees half of
@@ -18,32 +17,16 @@ one; `prepare.json` is written last, so its presence says the folder is complete
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ...fileio import atomic_write_text
 from ..dataset import KTDataset, StudentSeq
-from ..formats import write_line4
+from ..formats import write_line3, write_line4
 from .core import Sequences
-
-
-def atomic_text(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temp file in the same folder and os.replace."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def _join(a: np.ndarray) -> str:
@@ -76,14 +59,14 @@ def write_pykt(seq: Sequences, out: Path) -> Path:
     d.mkdir(parents=True, exist_ok=True)
     n_tv = int((seq.fold >= 0).sum())
     tv, test = seq.order[:n_tv], seq.order[n_tv:]
-    atomic_text(d / "train_valid.csv", _pykt_frame(seq, tv, False).to_csv(index=False))
-    atomic_text(d / "test.csv", _pykt_frame(seq, test, True).to_csv(index=False))
+    atomic_write_text(d / "train_valid.csv", _pykt_frame(seq, tv, False).to_csv(index=False))
+    atomic_write_text(d / "test.csv", _pykt_frame(seq, test, True).to_csv(index=False))
     keys = {"concepts": {s: i for i, s in enumerate(seq.skills)}}
     if seq.pid is not None:
         keys["questions"] = {p: i for i, p in enumerate(seq.problems)}
     keys["uid"] = {u: i for i, u in enumerate(seq.uid)}
     keys["max_concepts"] = seq.max_concepts
-    atomic_text(d / "keyid2idx.json", json.dumps(keys, ensure_ascii=False))
+    atomic_write_text(d / "keyid2idx.json", json.dumps(keys, ensure_ascii=False))
     return d
 
 
@@ -108,15 +91,6 @@ def _dataset(seq: Sequences, students: np.ndarray, K: int, name: str) -> KTDatas
     )
 
 
-def write_line3_uid(ds: KTDataset, path: Path) -> None:
-    """The DKVMN 3-line records `n,raw_uid` / 1-based question ids / responses (atomic)."""
-    raw = ds.meta["raw_uid"]
-    out = []
-    for s in ds.students:
-        out += [f"{len(s)},{raw[s.uid]}", _join(s.q + 1), _join(s.r)]
-    atomic_text(path, "\n".join(out) + "\n")
-
-
 def write_lines(seq: Sequences, out: Path, name: str, K: int, n_folds: int) -> Path:
     """The 4-line layout (3-line without problem ids), whole train/test plus the folds."""
     fmt = "line4" if seq.pid is not None else "line3"
@@ -129,7 +103,7 @@ def write_lines(seq: Sequences, out: Path, name: str, K: int, n_folds: int) -> P
         if fmt == "line4":
             write_line4(ds, path)
         else:
-            write_line3_uid(ds, path)
+            write_line3(ds, path)
 
     n_tv = int((seq.fold >= 0).sum())
     tv, test = seq.order[:n_tv], seq.order[n_tv:]
@@ -143,5 +117,5 @@ def write_lines(seq: Sequences, out: Path, name: str, K: int, n_folds: int) -> P
 
 def write_record(out: Path, record: dict) -> Path:
     path = out / "prepare.json"
-    atomic_text(path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(path, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     return path
