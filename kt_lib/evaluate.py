@@ -20,6 +20,8 @@ from .models.base import KTModel
 ROWS = ("per_question", "per_row")  # which rows of a multi-skill question are scored
 HISTORIES = ("window", "sliding")  # what history each scored step is predicted from
 DEFAULT_PROTOCOL = "per_question/window"
+# AUC by the scored step's position in the student's log (1-based, inclusive bounds)
+POSITION_BUCKETS = ((1, 10), (11, 50), (51, 200), (201, None))
 
 
 def _check_protocol(rows: str, history: str) -> None:
@@ -105,6 +107,47 @@ def _metrics(model: KTModel, pred: dict[str, np.ndarray], rows: str) -> dict[str
     return metrics
 
 
+def _bucket_metrics(y: np.ndarray, prob: np.ndarray, select: np.ndarray) -> dict[str, float]:
+    """Count, and AUC and accuracy of the selected rows where they are defined (an empty bucket,
+    or one with a single class, has no AUC: the key is absent rather than NaN)."""
+    out: dict[str, float] = {"n": int(select.sum())}
+    if out["n"]:
+        m = binary_metrics(y[select], prob[select])
+        out["acc"] = m["acc"]
+        if not np.isnan(m["auc"]):
+            out["auc"] = m["auc"]
+    return out
+
+
+def history_breakdown(pred: dict[str, np.ndarray], lengths: dict[int, int]) -> dict[str, float]:
+    """Per-question AUC/accuracy/count by the scored step's position in the student's log
+    (`pos1-10`, `pos11-50`, `pos51-200`, `pos201+`) and by the student's total log length
+    (`lenq1`..`lenq4`, quartiles over the scored students): where short histories lose, and where
+    collaborative memory could help. Binary models (and ordinal ones via P(Y >= 1) at K = 2)."""
+    keep = question_rows(pred)
+    y, prob = pred["y_true"][keep], pred["prob"][keep]
+    if prob.ndim == 2:  # ordinal: P(top category) is only meaningful as a binary score at K = 2
+        if prob.shape[1] != 2:
+            return {}
+        prob = prob[:, 1]
+    pos = pred["step"][keep] + 1
+    out: dict[str, float] = {}
+    for lo, hi in POSITION_BUCKETS:
+        name = f"pos{lo}-{hi}" if hi else f"pos{lo}+"
+        sel = (pos >= lo) & (pos <= hi if hi else True)
+        for k, v in _bucket_metrics(y, prob, sel).items():
+            out[f"{k}@{name}"] = v
+    uid = pred["uid"][keep]
+    total = np.array([lengths[int(u)] for u in uid]) if len(uid) else np.zeros(0)
+    per_student = np.array(sorted({lengths[int(u)] for u in np.unique(uid)}) or [0])
+    edges = np.quantile(per_student, [0.25, 0.5, 0.75])
+    band = np.searchsorted(edges, total, side="left")  # 0..3
+    for b in range(4):
+        for k, v in _bucket_metrics(y, prob, band == b).items():
+            out[f"{k}@lenq{b + 1}"] = v
+    return out
+
+
 def evaluate(
     model: KTModel,
     data: KTDataset,
@@ -139,7 +182,8 @@ def evaluate_protocols(
     histories: tuple[str, ...] = ("window",),
     stride: int = 1,
 ) -> dict[str, dict[str, float]]:
-    """`evaluate` under both row rules and each of `histories`: {"rows/history": metrics}.
+    """`evaluate` under both row rules and each of `histories`: {"rows/history": metrics}; the
+    default protocol's metrics also carry `history_breakdown` (AUC by history length).
 
     One prediction pass per history; "sliding" reuses the window pass when no log is longer
     than `max_len` (the two are then the same windows).
@@ -153,4 +197,7 @@ def evaluate_protocols(
             preds[same] = predict(model, data, batch_size, max_len, device, same, stride)
         for rows in ROWS:
             out[f"{rows}/{history}"] = _metrics(model, preds[same], rows)
+    if DEFAULT_PROTOCOL in out:
+        lengths = {s.uid: len(s) for s in data.students}
+        out[DEFAULT_PROTOCOL].update(history_breakdown(preds["window"], lengths))
     return out

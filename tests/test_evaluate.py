@@ -132,9 +132,35 @@ def test_sliding_history_predicts_each_step_from_its_last_max_len_steps(name):
         "per_question/sliding",
         "per_row/sliding",
     }
-    assert both["per_row/window"] == both["per_question/window"]  # no problem ids
+    plain = {k: v for k, v in both["per_question/window"].items() if "@" not in k}
+    assert both["per_row/window"] == plain  # no problem ids; the default adds its breakdown
     assert both["per_row/sliding"]["auc"] != both["per_row/window"]["auc"]
     short = evaluate_protocols(model, data, max_len=20, histories=("window", "sliding"))
     assert short["per_row/sliding"] == short["per_row/window"]  # no log longer than max_len
     with pytest.raises(ValueError, match="history must be one of"):
         predict(model, data, history="slide")
+
+
+def test_history_breakdown_scores_each_position_bucket_and_length_quartile():
+    """AUC by history length: each bucket scores exactly its rows (checked against sklearn on
+    the rows picked by hand), and the counts add up to every scored row."""
+    from sklearn.metrics import roc_auc_score
+
+    from kt_lib.evaluate import history_breakdown
+
+    rng = np.random.default_rng(0)
+    lengths = {0: 5, 1: 30, 2: 80, 3: 260}
+    uid = np.concatenate([np.full(n, u) for u, n in lengths.items()])
+    step = np.concatenate([np.arange(n) for n in lengths.values()])
+    y = rng.integers(0, 2, len(uid))
+    prob = np.clip(0.3 * y + rng.random(len(uid)) * 0.7, 0, 1)
+    pred = {"y_true": y, "prob": prob, "uid": uid, "step": step, "q": np.zeros_like(uid)}
+    out = history_breakdown(pred, lengths)
+    sel = (step >= 10) & (step < 50)  # positions 11-50 (1-based)
+    assert out["n@pos11-50"] == sel.sum()
+    assert out["auc@pos11-50"] == pytest.approx(roc_auc_score(y[sel], prob[sel]))
+    assert out["n@pos201+"] == 60
+    assert sum(out[f"n@pos{b}"] for b in ("1-10", "11-50", "51-200", "201+")) == len(y)
+    assert sum(out[f"n@lenq{b}"] for b in range(1, 5)) == len(y)
+    assert out["n@lenq4"] == 260  # the longest student alone in the top quartile
+    assert out["auc@lenq4"] == pytest.approx(roc_auc_score(y[uid == 3], prob[uid == 3]))

@@ -18,14 +18,15 @@ from kt_lib.runs import studies
 def test_every_planned_run_is_in_the_committed_results(name):
     study = studies.get(name)
     rows, left, _ = studies.status(study)
-    assert not left, f"{name}: {len(left)} runs missing, e.g. {left[0]}"
+    assert study.filling or not left, f"{name}: {len(left)} runs missing, e.g. {left[0]}"
     for r in rows:
         assert r["commit"] and r["commit"] != "unknown" and r["wall_seconds"] > 0, r["run_key"]
         assert r["device_name"] and r["date"] and "test_auc" in r and "train" in r
     cells = {}
     for r in rows:
         cells.setdefault((r["dataset"], r["model"]), []).append(r)
-    assert all(len(v) >= 3 for v in cells.values()), {k: len(v) for k, v in cells.items()}
+    if not study.filling:
+        assert all(len(v) >= 3 for v in cells.values()), {k: len(v) for k, v in cells.items()}
 
 
 def test_plan_refuses_an_unknown_study():

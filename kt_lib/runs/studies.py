@@ -63,6 +63,7 @@ class Study:
     epochs: int = 30
     patience: int = 5
     histories: tuple[str, ...] = ("window",)
+    filling: bool = False  # being filled run by run: `status` lists what is left
 
     def __post_init__(self) -> None:
         """Variants and overrides are checked against the models' configs when a study is
@@ -119,6 +120,16 @@ _SIMAKT = {
     "simakt_knn_only": {"model": "simakt", "similarity": "knn_only"},
 }
 A09, ALG05 = ("assist2009", "line3"), ("algebra05", "auto")
+A15, STATICS = ("assist2015", "pykt"), ("statics2011", "line3")
+# today's models beyond the three classic baselines, in the order the leaderboard fills them
+_SEED_MODELS = (
+    "idkt",
+    "ikt3",
+    "dtransformer",
+    "simakt",
+    "attention_gpcm",
+    "modular_attention_gpcm",
+)
 STUDIES = {
     s.name: s
     for s in [
@@ -155,6 +166,21 @@ STUDIES = {
                 Part((A09, ALG05), ("dkt", "sakt")),
             ),
             pairs=(("sakt", "dkt"),),
+        ),
+        Study(
+            name="leaderboard",
+            question="Every model under each dataset's published protocol (five folds / seeds)",
+            parts=(
+                Part((ALG05, STATICS), ("dkt", "sakt", "akt")),
+                Part((ALG05, STATICS), _SEED_MODELS),
+                Part((A09, A15), ("dkt", "sakt", "akt")),
+            ),
+            pairs=tuple(
+                (m, b) for m in ("sakt", "akt", *_SEED_MODELS) for b in ("dkt", "akt") if m != b
+            ),
+            folds=5,
+            seeds=(0, 1, 2, 3, 4),
+            filling=True,
         ),
     ]
 }
@@ -220,7 +246,10 @@ def render(study: Study, path: str | Path | None = None) -> str:
     test AUC (mean ± std over runs), runs, mean best epoch and training seconds, the device;
     then each of the study's pairs per dataset and pooled over datasets (paired by dataset,
     fold and seed; kt_lib.stats). `python -m kt_lib.studies render NAME` prints it."""
-    runs = load_results(path or study.path)
+    path = Path(path or study.path)
+    if not path.exists():
+        return f"No finished run yet (`python -m kt_lib.studies status {study.name}`).\n"
+    runs = load_results(path)
     if "error" in runs:
         runs = runs[runs["error"].isna()]
     metrics = ["test_auc"] + (["test_qwk"] if "test_qwk" in runs else [])
