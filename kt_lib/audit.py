@@ -132,6 +132,59 @@ def audit_causality(
     return AuditResult(worst <= atol, worst, worst_t, list(steps))
 
 
+@dataclass
+class AlignmentResult:
+    """Outcome of `audit_alignment`; truthy when the prediction at every audited t read q_t."""
+
+    passed: bool
+    unmoved: list[int]  # audited steps whose predictions did not move when q_t changed
+    min_change: float  # the smallest largest-change over the audited steps
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __str__(self) -> str:
+        if self.passed:
+            return (
+                f"alignment PASS: changing q_t moves the prediction at t (>= {self.min_change:.2e})"
+            )
+        return f"alignment FAIL: the prediction at t ignores q_t at steps {self.unmoved}"
+
+
+@torch.no_grad()
+def audit_alignment(
+    model: KTModel, batch: Batch, steps: list[int] | None = None, atol: float = 1e-6
+) -> AlignmentResult:
+    """The companion of the causality audit (GUIDE section 9, prediction alignment): the logit at
+    t must be the prediction of r_t made after seeing q_t. For each audited t, q_t (and pid_t)
+    alone is changed to another id; the prediction at t must move in some row. A model whose
+    step-t output never reads q_t (it predicts "the next answer to an unknown question") fails.
+    Eval mode; the model's mode is restored."""
+    was_training = model.training
+    model.eval()
+    c = model.config
+    L = batch.q.shape[1]
+    if steps is None:
+        steps = sorted({0, 1, L // 3, L // 2, L - 1} & set(range(L)))
+    base = model(batch).logits
+    unmoved, smallest = [], float("inf")
+    for t in steps:
+        b = batch.clone()
+        b.q[:, t] = (b.q[:, t] + 1) % c.num_c
+        if b.pid is not None and getattr(c, "num_pid", 0) > 1:
+            b.pid[:, t] = (b.pid[:, t] + 1) % c.num_pid
+        diff = (model(b).logits[:, t] - base[:, t]).abs()
+        if diff.dim() == 2:
+            diff = diff.amax(-1)
+        rows = batch.mask[:, t]
+        moved = float(diff[rows].max()) if rows.any() else float("inf")
+        smallest = min(smallest, moved)
+        if moved <= atol:
+            unmoved.append(t)
+    model.train(was_training)
+    return AlignmentResult(not unmoved, unmoved, smallest)
+
+
 def assert_causal(model: KTModel, batch: Batch, **kw) -> AuditResult:
     """Run the audit and raise AssertionError with the details on a leak."""
     result = audit_causality(model, batch, **kw)

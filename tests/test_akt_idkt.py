@@ -53,7 +53,7 @@ def test_presets_match_the_papers():
     assert paper.retriever[0].ffn is None and paper.retriever[1].ffn is not None
     dims = [(m.in_features, m.out_features) for m in paper.out if isinstance(m, torch.nn.Linear)]
     assert dims == [(512, 512), (512, 256), (256, 1)]
-    big = build_model("idkt", preset="idkt_paper", num_c=10)
+    big = build_model("idkt", preset="design", num_c=10)
     assert big.config.n_blocks == 4 and len(big.encoder) == 4 and len(big.retriever) == 8
     assert set(paper.decay_rates()) == {"encoder0", "question0", "retriever0"}
 

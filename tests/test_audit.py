@@ -70,3 +70,28 @@ def test_auditor_catches_question_leak():
             return ModelOutput(logits=self.w * q)
 
     assert not audit_causality(PeekNextQuestion(BaseConfig(num_c=50)), random_batch(50, L=10))
+
+
+class _ShiftedToy(KTModel):
+    """Scores step t from q_{t-1} (pred[:, t] meant for r[:, t+1]): causal, but misaligned."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.emb = torch.nn.Embedding(config.num_c, 1)
+
+    def forward(self, batch, return_attention=False):
+        prev = torch.cat([torch.zeros_like(batch.q[:, :1]), batch.q[:, :-1]], 1)
+        return ModelOutput(logits=self.emb(prev).squeeze(-1))
+
+
+def test_alignment_audit_catches_a_model_that_ignores_q_t():
+    from kt_lib.audit import audit_alignment
+
+    batch = random_batch(5, B=3, L=12, seed=2)
+    shifted = _ShiftedToy(BaseConfig(num_c=5))
+    assert audit_causality(shifted, batch)  # causal ...
+    result = audit_alignment(shifted, batch, steps=[0, 3, 11])
+    assert not result and result.unmoved == [0, 3, 11], str(result)  # ... yet misaligned
+    q_now = _ShiftedToy(BaseConfig(num_c=5))
+    q_now.forward = lambda b, return_attention=False: ModelOutput(q_now.emb(b.q).squeeze(-1))
+    assert audit_alignment(q_now, batch, steps=[0, 3, 11])

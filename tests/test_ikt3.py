@@ -48,7 +48,7 @@ def _n_params(module) -> int:
 
 def test_registered_with_presets():
     assert "irt" in REFERENCES
-    seed = build_model("ikt3", preset="seed", num_c=110)  # ASSIST2009's vocabulary
+    seed = build_model("ikt3", preset="design", num_c=110)  # ASSIST2009's vocabulary
     c = seed.config
     assert (c.d, c.n_heads, c.n_blocks, c.lambda_target, c.warmup, c.c) == (
         256,
@@ -98,7 +98,7 @@ def test_paper_preset_steps_like_the_models_that_train_at_fits_lr(shared_data):
             return float((model(held).logits[held.mask] - before).abs().mean())
 
     trained_fine = max(logit_change("akt", "paper"), logit_change("sakt", "paper"))
-    assert logit_change("ikt3", "seed") > 2 * trained_fine
+    assert logit_change("ikt3", "design") > 2 * trained_fine
     assert logit_change("ikt3", "paper") < trained_fine
 
 

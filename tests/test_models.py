@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from kt_lib.audit import audit_causality, random_batch
+from kt_lib.audit import audit_alignment, audit_causality, random_batch
 from kt_lib.checkpoint import load_model, save_model
 from kt_lib.models import MODELS, build_model, list_models
 from kt_lib.models.sakt import SAKT, SeedRangeWarning
@@ -17,6 +17,8 @@ NUM_C, NUM_PID = 12, 36
 
 
 def _setup(name: str, num_pid: int):
+    if num_pid == 0 and "pid" in MODELS[name].needs:
+        pytest.skip(f"{name} needs problem ids (capability tag needs={{'pid'}})")
     K = 4 if MODELS[name].ordinal else 2
     train = make_tiny_dataset(NUM_C, num_pid, K)
     torch.manual_seed(0)
@@ -53,6 +55,21 @@ def test_causality_audit(name, num_pid):
     model, batch, _ = _setup(name, num_pid)
     result = audit_causality(model, batch, steps=list(range(20)), trials=2)
     assert result, str(result)
+
+
+@pytest.mark.parametrize("num_pid", [NUM_PID, 0])
+def test_prediction_at_t_reads_q_t(name, num_pid):
+    model, batch, _ = _setup(name, num_pid)
+    result = audit_alignment(model, batch, steps=list(range(20)))
+    assert result, str(result)
+
+
+def test_models_that_need_problem_ids_refuse_data_without(name):
+    if "pid" not in MODELS[name].needs:
+        build_model(name, preset="tiny", num_c=NUM_C, num_pid=0)  # runs on skills alone
+        return
+    with pytest.raises(ValueError, match=rf"{name} needs problem ids"):
+        build_model(name, preset="tiny", num_c=NUM_C, num_pid=0)
 
 
 def test_attention_maps_on_request(name):
@@ -290,8 +307,8 @@ def test_sakt_seed_example_reads_the_whole_history():
 
 def test_seed_size_presets():
     """Seeds 001/003: iDKT N=4 encoder blocks (8 retriever layers); iKT3 N=8 per stream; d=256."""
-    idkt = build_model("idkt", preset="seed", num_c=NUM_C).config
+    idkt = build_model("idkt", preset="design", num_c=NUM_C).config
     assert (idkt.n_blocks, idkt.d, idkt.n_heads) == (4, 256, 8)
-    assert idkt == build_model("idkt", preset="idkt_paper", num_c=NUM_C).config
-    ikt3 = build_model("ikt3", preset="seed", num_c=NUM_C).config
+    assert idkt == build_model("idkt", preset="design", num_c=NUM_C).config
+    ikt3 = build_model("ikt3", preset="design", num_c=NUM_C).config
     assert (ikt3.n_blocks, ikt3.d, ikt3.n_heads) == (8, 256, 8)

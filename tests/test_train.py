@@ -117,7 +117,7 @@ def test_training_recipes_and_the_akt_authors_setup():
     assert TrainConfig.recipe() == TrainConfig()
     with pytest.raises(ValueError, match="unknown training recipe 'akt'"):
         TrainConfig.recipe("akt")
-    assert AKTConfig.authors().d_ff == 2048 and AKTConfig.paper().d_ff == 1024
+    assert AKTConfig.preset("authors").d_ff == 2048 and AKTConfig.paper().d_ff == 1024
 
 
 def test_fit_builds_the_optimizer_from_the_models_groups_after_prepare():

@@ -37,34 +37,81 @@ class ModelOutput:
 
 @dataclass
 class BaseConfig:
-    """Fields every model config has: the vocabulary, filled from the dataset by `build_model`."""
+    """Fields every model config has (the vocabulary, filled from the dataset by `build_model`),
+    the named sizes (`PRESETS`) and the checks every model shares.
+
+    `PRESETS` maps a preset name to the fields it sets over the defaults; `default` is the
+    dataclass defaults. A subclass writes its own table (`{**Parent.PRESETS, ...}` to extend).
+    `validate()` checks the shared fields of whichever a config has: `d` and `n_heads` (> 0, heads
+    divide d), each field named `*dropout` (None or in [0, 1)), `max_len`, `n_blocks`,
+    `n_layers` (>= 1); `BINARY = True` refuses K != 2. A config's own `validate` calls
+    `super().validate()` and adds only its model's rules.
+    """
 
     num_c: int = 0  # number of concepts/skills
     num_pid: int = 0  # number of problems (0: none)
     K: int = 2  # response categories
 
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"tiny": {}, "paper": {}}
+    BINARY: ClassVar[bool] = False  # True: binary responses only (K = 2)
+
     def validate(self) -> None:
         require(self.num_c > 0, f"num_c must be > 0, got {self.num_c}")
         require(self.num_pid >= 0, f"num_pid must be >= 0, got {self.num_pid}")
         require(self.K >= 2, f"K must be >= 2, got {self.K}")
+        if self.BINARY:
+            require(self.K == 2, f"{type(self).__name__} is binary: K must be 2, got {self.K}")
+        names = {f.name for f in dataclasses.fields(self)}
+        if {"d", "n_heads"} <= names:
+            d, h = self.d, self.n_heads
+            require(d > 0 and h > 0, "d and n_heads must be > 0")
+            require(d % h == 0, f"d={d} not divisible by n_heads={h}")
+        for name in sorted(names):
+            value = getattr(self, name)
+            if name.endswith("dropout") and value is not None:
+                require(0 <= value < 1, f"{name} must be in [0, 1), got {value}")
+            if name in ("max_len", "n_blocks", "n_layers"):
+                require(value >= 1, f"{name} must be >= 1, got {value}")
+
+    @classmethod
+    def preset(cls, name: str = "default", **kw):
+        """The config of preset `name` (a key of `PRESETS`, or `default`), fields `kw` on top."""
+        if name == "default":
+            return cls(**kw)
+        if name not in cls.PRESETS:
+            valid = ", ".join(["default", *cls.PRESETS])
+            raise KeyError(f"unknown preset {name!r} for {cls.__name__}; valid: {valid}")
+        return cls(**{**cls.PRESETS[name], **kw})
 
     @classmethod
     def tiny(cls, **kw):
         """Small sizes for tests and smoke runs."""
-        return cls(**kw)
+        return cls.preset("tiny", **kw)
 
     @classmethod
     def paper(cls, **kw):
         """The published sizes."""
-        return cls(**kw)
+        return cls.preset("paper", **kw)
 
 
 class KTModel(nn.Module):
     """Base class: subclasses set `config_cls` and implement `forward(batch)`."""
 
     config_cls: ClassVar[type] = BaseConfig
-    ordinal: ClassVar[bool] = False  # True: logits are [B, L, K]
     registry_name: ClassVar[str] = ""
+    # capability tags, read by build_model and by the parametrized model tests
+    ordinal: ClassVar[bool] = False  # True: logits are [B, L, K]
+    needs: ClassVar[frozenset[str]] = frozenset()  # data fields it cannot run without: "pid"
+
+    @classmethod
+    def check_data(cls, num_pid: int, source: str = "the data") -> None:
+        """Refuse data without a field the model needs, before anything is trained."""
+        if "pid" in cls.needs and num_pid <= 0:
+            raise ValueError(
+                f"{cls.registry_name or cls.__name__} needs problem ids (pid), and {source} has "
+                "none: use a layout with problem ids (4-line, pykt `questions`, a log with a "
+                "problem column), e.g. algebra05"
+            )
 
     def __init__(self, config):
         super().__init__()
@@ -128,12 +175,7 @@ def make_config(
     """Resolve a config for model `name` from a dataclass, dict, YAML/JSON path or preset."""
     cls = MODELS[name].config_cls
     if config is None:
-        factory = {"default": cls, "tiny": cls.tiny, "paper": cls.paper}.get(preset)
-        if factory is None:
-            factory = getattr(cls, preset, None)
-        if factory is None:
-            raise KeyError(f"unknown preset {preset!r} for {name}; try default, tiny, paper")
-        base = dataclasses.asdict(factory())
+        base = dataclasses.asdict(cls.preset(preset))
     elif isinstance(config, (str, Path)):
         base = read_mapping(config)
     elif isinstance(config, dict):
@@ -153,4 +195,6 @@ def build_model(
 ) -> KTModel:
     """Build a registered model; unknown names raise KeyError listing the valid ones."""
     cls = MODELS[name]
-    return cls(make_config(name, config, dataset, preset, **overrides))
+    config = make_config(name, config, dataset, preset, **overrides)
+    cls.check_data(config.num_pid, dataset.name if dataset is not None else "the config")
+    return cls(config)

@@ -25,19 +25,11 @@ class DKTConfig(BaseConfig):
     n_layers: int = 1  # stacked LSTM layers
     dropout: float = 0.1  # dropout before the output layer
 
+    PRESETS = {"tiny": {"d": 16}, "paper": {"d": 200}}
+
     def validate(self) -> None:
         super().validate()
         require(self.d > 0, f"d must be > 0, got {self.d}")
-        require(self.n_layers >= 1, f"n_layers must be >= 1, got {self.n_layers}")
-        require(0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
-
-    @classmethod
-    def tiny(cls, **kw):
-        return cls(**{"d": 16, **kw})
-
-    @classmethod
-    def paper(cls, **kw):
-        return cls(**{"d": 200, **kw})
 
 
 @register("dkt")

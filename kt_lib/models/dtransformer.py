@@ -30,7 +30,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..config import require
 from ..data.dataset import Batch
-from ..nn import causal_mask
+from ..nn import causal_mask, mlp_head
 from ..nn.dropout import Dropout
 from ..nn.embeddings import RaschEmbedding
 from ..nn.monotonic import ExtraHeads, MonotonicAttention
@@ -56,24 +56,17 @@ class DTransformerConfig(BaseConfig):
     hard_neg: bool = True  # contrastive hard negatives: views with flipped past responses
     max_len: int = 200  # longest window accepted (also the step count kept in SimAKT banks)
 
+    BINARY = True
+    PRESETS = {
+        "tiny": {"d": 32, "n_heads": 8, "n_know": 4, "d_fc": 32, "max_len": 64},
+        "paper": {"d": 256, "n_heads": 8, "n_know": 16, "d_fc": 256},
+    }
+
     def validate(self) -> None:
         super().validate()
-        require(self.K == 2, f"{type(self).__name__} is binary: K must be 2, got {self.K}")
-        require(self.d > 0 and self.n_heads > 0, "d and n_heads must be > 0")
-        require(self.d % self.n_heads == 0, f"d={self.d} not divisible by n_heads={self.n_heads}")
         require(self.n_know >= 1, f"n_know must be >= 1, got {self.n_know}")
         require(self.d_fc >= 2, f"d_fc must be >= 2, got {self.d_fc}")
-        require(0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
         require(self.cl_temperature > 0, f"cl_temperature must be > 0, got {self.cl_temperature}")
-        require(self.max_len > 0, f"max_len must be > 0, got {self.max_len}")
-
-    @classmethod
-    def tiny(cls, **kw):
-        return cls(**{"d": 32, "n_heads": 8, "n_know": 4, "d_fc": 32, "max_len": 64, **kw})
-
-    @classmethod
-    def paper(cls, **kw):
-        return cls(**{"d": 256, "n_heads": 8, "n_know": 16, "d_fc": 256, **kw})
 
 
 def sample_key_drop(valid: torch.Tensor, rate: float) -> torch.Tensor:
@@ -168,15 +161,7 @@ class DTransformer(KTModel):
         self.block3 = DTLayer(c.d, c.n_heads, c.dropout, key_drop=c.key_drop)
         self.block4 = DTLayer(c.d, c.n_heads, c.dropout, kq_same=False, key_drop=c.key_drop)
         self.know = nn.Parameter(torch.empty(c.n_know, c.d).uniform_(-1.0, 1.0))
-        self.out = nn.Sequential(
-            nn.Linear(2 * c.d, c.d_fc),
-            nn.GELU(),
-            Dropout(c.dropout),
-            nn.Linear(c.d_fc, c.d_fc // 2),
-            nn.GELU(),
-            Dropout(c.dropout),
-            nn.Linear(c.d_fc // 2, 1),
-        )
+        self.out = mlp_head(2 * c.d, (c.d_fc, c.d_fc // 2), c.dropout, "gelu")
 
     def _block3_extra(
         self, batch: Batch, hq: torch.Tensor, hs: torch.Tensor, need_weights: bool

@@ -83,27 +83,19 @@ class GPCMConfig(BaseConfig):
     # pass instead of keeping its activations (less memory, about one more encoder forward)
     gradient_checkpointing: bool = False
 
+    PRESETS = {
+        "tiny": {"d": 16, "n_heads": 2, "d_summary": 16, "max_len": 64},
+        "paper": {"d": 64, "n_heads": 4, "n_layers": 2, "d_summary": 50},
+    }
+
     def validate(self) -> None:
         super().validate()
-        require(self.d > 0 and self.n_heads > 0, "d and n_heads must be > 0")
-        require(self.d % self.n_heads == 0, f"d={self.d} not divisible by n_heads={self.n_heads}")
-        require(self.n_layers >= 1, f"n_layers must be >= 1, got {self.n_layers}")
         require(self.d_summary > 0, f"d_summary must be > 0, got {self.d_summary}")
-        require(0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
-        require(self.max_len > 0, f"max_len must be > 0, got {self.max_len}")
         require(self.ordinal_loss_weight >= 0, "ordinal_loss_weight must be >= 0")
         try:
             parse_loss(self.loss)
         except KeyError as exc:
             raise ValueError(f"loss {self.loss!r}: {exc.args[0]}") from None
-
-    @classmethod
-    def tiny(cls, **kw):
-        return cls(**{"d": 16, "n_heads": 2, "d_summary": 16, "max_len": 64, **kw})
-
-    @classmethod
-    def paper(cls, **kw):
-        return cls(**{"d": 64, "n_heads": 4, "n_layers": 2, "d_summary": 50, **kw})
 
 
 @dataclass

@@ -11,7 +11,7 @@ p_BKT is BKT's causal prediction (responses before t only), so the alignment kee
 contract. The heads never feed the logits: with every lambda at 0 the logits equal AKT's.
 
 Presets: `paper` is the AKT paper's size (N=1 encoder block, 2 retriever layers, d=256, 8 heads;
-the README's iDKT row); `seed` (= `idkt_paper`) is seeds 001/003's size, N=4 encoder blocks,
+the README's iDKT row); `design` is the design documents' size (seeds 001/003), N=4 encoder blocks,
 2N=8 retriever layers, d_model=256, H=8 heads.
 """
 
@@ -25,8 +25,9 @@ import torch
 
 from ..config import require
 from ..data.dataset import Batch, BatchLoader, KTDataset
+from ..nn.blocks import mlp_head
 from ..reference.bkt import BKTReference
-from .akt import AKT, AKTConfig, mlp_head
+from .akt import AKT, AKTConfig
 from .base import ModelOutput, register
 
 ALIGN = {"ref": "p", "L0": "L0", "T": "T"}  # lambda suffix -> head / reference target name
@@ -55,14 +56,12 @@ class IDKTConfig(AKTConfig):
             "bkt_max_guess and bkt_max_slip must be in (0, 0.5]",
         )
 
-    @classmethod
-    def tiny(cls, **kw):
-        return super().tiny(**{"head_dim": 16, **kw})
-
-    @classmethod
-    def seed(cls, **kw):
-        """Seeds 001/003's size: N=4 encoder blocks (8 retriever layers), d=256, 8 heads."""
-        return cls.idkt_paper(**kw)
+    PRESETS = {
+        **AKTConfig.PRESETS,
+        "tiny": {**AKTConfig.PRESETS["tiny"], "head_dim": 16},
+        # the design documents' size: N=4 encoder blocks (8 retriever layers), d=256, 8 heads
+        "design": {"d": 256, "n_heads": 8, "n_blocks": 4, "d_ff": 1024},
+    }
 
 
 @register("idkt")

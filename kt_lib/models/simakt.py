@@ -108,22 +108,13 @@ class SimAKTConfig(DTransformerConfig):
             self.__dict__["_parsed"] = cached
         return cached[1]
 
-    @classmethod
-    def tiny(cls, **kw):
-        return super().tiny(**{"similarity": TINY_SIMILARITY, **kw})
-
-
-def _preset(name: str):
-    def factory(cls, **kw):
-        return cls(**{"similarity": name, **kw})
-
-    factory.__doc__ = f"Default sizes with the shipped similarity preset {name!r}."
-    return classmethod(factory)
-
-
-for _name in list_simakt_presets():  # build_model("simakt", preset=<name>)
-    if not hasattr(SimAKTConfig, _name):
-        setattr(SimAKTConfig, _name, _preset(_name))
+    # the sizes of DTransformer's presets; each shipped similarity preset is a preset too
+    # (default sizes): build_model("simakt", preset="cluster_only")
+    PRESETS = {
+        **DTransformerConfig.PRESETS,
+        "tiny": {**DTransformerConfig.PRESETS["tiny"], "similarity": TINY_SIMILARITY},
+        **{name: {"similarity": name} for name in list_simakt_presets()},
+    }
 
 
 @register("simakt")

@@ -18,7 +18,7 @@ from .attention import (
     slot_attention,
 )
 from .backend import BACKENDS, use_backend
-from .blocks import FeedForward, TransformerLayer
+from .blocks import FeedForward, TransformerLayer, mlp_head
 from .dropout import Dropout
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "TransformerLayer",
     "attend",
     "causal_mask",
+    "mlp_head",
     "monotonic_attention",
     "slot_attention",
     "use_backend",

@@ -9,7 +9,33 @@ import torch
 from torch import nn
 
 from .attention import MultiHeadAttention
-from .dropout import Dropout
+from .dropout import Dropout, FlatSequential, ReLUDropout
+
+ACTIVATIONS = ("relu", "relu_unfused", "gelu")
+
+
+def mlp_head(
+    d_in: int, dims: tuple[int, ...], dropout: float, activation: str = "relu", d_out: int = 1
+) -> nn.Sequential:
+    """The prediction MLP of the models: (Linear - activation - Dropout) per hidden width in
+    `dims`, then Linear(., d_out).
+
+    "relu" fuses ReLU and dropout (`ReLUDropout`, in place on CPU; layers at 0, 2, 4, ...);
+    "relu_unfused" and "gelu" keep three modules per hidden layer (layers at 0, 3, 6, ...), the
+    layout of checkpoints written by iKT3 (relu) and DTransformer (gelu)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    layers: list[nn.Module] = []
+    for d_hidden in dims:
+        layers.append(nn.Linear(d_in, d_hidden))
+        if activation == "relu":
+            layers.append(ReLUDropout(dropout))
+        else:
+            act = nn.GELU() if activation == "gelu" else nn.ReLU()
+            layers += [act, Dropout(dropout)]
+        d_in = d_hidden
+    layers.append(nn.Linear(d_in, d_out))
+    return FlatSequential(*layers) if activation == "relu" else nn.Sequential(*layers)
 
 
 class FeedForward(nn.Module):
