@@ -24,11 +24,11 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 reports: env
-	$(BIN)/python -m kt_lib.reports run --profile $(PROFILE) $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
+	$(BIN)/kt report run --profile $(PROFILE) $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
 
 # Re-execute the committed notebooks in place with their defaults (refreshes stored outputs).
 notebooks: env
-	$(BIN)/python -m kt_lib.reports run --inplace $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
+	$(BIN)/kt report run --inplace $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
 
 test: env
 	$(BIN)/python -m pytest -q tests

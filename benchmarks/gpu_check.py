@@ -62,7 +62,7 @@ def steps(device: str, quick: bool, data_dir: Path, tmp: Path) -> list[tuple[str
                          str(tmp / "models_bf16.json")], 120),
         ("peers", [py, "benchmarks/bench_peers.py", *dev, *small, "--out",
                    str(tmp / "peers.json")], 90),
-        ("train", [py, "-m", "kt_lib.experiment", "--models", "akt", "dtransformer", *dev,
+        ("train", [py, "-m", "kt_lib.runs.experiment", "--models", "akt", "dtransformer", *dev,
                    *train_data, "--out", str(tmp / "train.json")], 150),
     ]  # fmt: skip
 

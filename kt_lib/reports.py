@@ -1,7 +1,7 @@
 """Run the notebooks headlessly with Papermill and publish them as HTML with an index page.
 
-    python -m kt_lib.reports run [--profile quick|full] [--notebooks 01 03] [--out reports]
-    python -m kt_lib.reports run --inplace      # refresh the committed notebooks' outputs
+    kt report run [--profile quick|full] [--notebooks 01 03] [--out reports]
+    kt report run --inplace      # refresh the committed notebooks' outputs
 
 Profiles live in notebooks/params/<profile>.yaml: a `common` mapping applied to every notebook and
 one mapping per notebook stem; a notebook only receives the parameters its `parameters` cell

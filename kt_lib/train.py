@@ -181,7 +181,7 @@ def fit(
     """Train with early stopping on the validation metric; returns the best model and history.
 
     `on_epoch(epoch, row)` sees each epoch's history row (train terms, valid metrics) as it is
-    made; it may raise to stop the run (e.g. Optuna's pruning, `kt_lib.search`)."""
+    made; it may raise to stop the run (e.g. Optuna's pruning, `kt_lib.runs.search`)."""
     # types and ranges of every field checked before any work (errors name the field)
     cfg = from_dict(TrainConfig, {**asdict(config or TrainConfig()), **overrides}, "TrainConfig")
     metric = cfg.metric or ("qwk" if model.ordinal and model.config.K > 2 else "auc")

@@ -251,7 +251,7 @@ def test_bkt_rejects_ordinal_data():
 def test_idkt_diagnostics_are_head_reference_correlations():
     """`diagnostics` (reported by experiment runs) = Pearson r of each head with BKT's target;
     training on the alignment pulls the L0/T heads toward the reference."""
-    from kt_lib.experiment import run_experiment
+    from kt_lib.runs.experiment import run_model as run_experiment
     from kt_lib.train import TrainConfig
 
     sim = simulate(num_students=150, seq_len=40, num_c=6, emission="bkt", seed=0)

@@ -1,5 +1,5 @@
-"""The command lines keep their names: python -m kt_lib.experiment / .leaderboard / .studies run
-the kt_lib.runs modules."""
+"""The `kt` command: subcommands, --help, --version, one-line input errors, and the python -m
+forms that run the same code."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from kt_lib.cli import COMMANDS, main
 from kt_lib.provenance import ROOT
 
 
@@ -22,10 +23,39 @@ def run(*args: str) -> str:
 @pytest.mark.parametrize(
     "args, expected",
     [
-        (("kt_lib.experiment", "--help"), "--data-format"),
-        (("kt_lib.leaderboard", "results/ordinal.json", "--no-published"), "| assist2009 |"),
-        (("kt_lib.studies", "list"), "ordinal"),
+        (("kt_lib.cli", "run", "--help"), "--data-format"),
+        (("kt_lib.cli", "leaderboard", "results/ordinal.json", "--no-published"), "| assist2009 |"),
+        (("kt_lib.cli", "study", "list"), "ordinal"),
+        (("kt_lib.runs.experiment", "--help"), "--data-format"),
+        (("kt_lib.runs.studies", "list"), "ordinal"),
     ],
 )
-def test_the_command_lines_keep_their_names(args, expected):
+def test_kt_subcommands_and_python_m_forms(args, expected):
     assert expected in run(*args)
+
+
+def test_kt_help_lists_every_subcommand_and_each_answers_help(capsys):
+    assert main(["--help"]) == 0
+    listed = capsys.readouterr().out
+    for name in COMMANDS:
+        assert f"  {name} " in listed
+        assert main([name, "--help"]) == 0, name
+    capsys.readouterr()
+    assert main(["--version"]) == 0 and capsys.readouterr().out.startswith("kt ")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["run", "--models", "no_such_model"], "unknown model 'no_such_model'"),
+        (["run", "--models", "dkt", "--epochs", "-3"], "epochs"),
+        (["run", "--models", "dkt", "--data-dir", "/no/such/folder"], "/no/such/folder"),
+        (["nope"], "unknown command 'nope'"),
+        (["bench", "nope"], "no benchmark 'nope'"),
+    ],
+)
+def test_input_errors_are_one_line_and_exit_2(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert sum(line.startswith("error: ") for line in err.splitlines()) == 1

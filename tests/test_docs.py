@@ -20,6 +20,8 @@ TEXT = {p.relative_to(ROOT).as_posix(): p.read_text() for p in PAGES}
 
 # a python command: module or script, then its arguments up to the end of the (joined) line
 PY_CMD = re.compile(r"(?:\.venv/bin/)?python3? (-m [\w.]+|benchmarks/\w+\.py)([^;&|#\n]*)")
+# the `kt` command: `kt SUB args`, checked as `python -m kt_lib.cli SUB args`
+KT_CMD = re.compile(r"(?:^|(?<=[\s/(]))kt ([a-z]+)([^;&|#\n]*)")
 MAKE_CMD = re.compile(r"^\s*make ([\w-]+)", re.M)
 
 
@@ -38,6 +40,8 @@ def commands() -> list[tuple[str, str, str]]:
         for block in bash_blocks(text) + spans:
             for target, args in PY_CMD.findall(block):
                 found.append((page, target, args))
+            for sub, args in KT_CMD.findall(block):
+                found.append((page, f"-m kt_lib.cli {sub}", args))
     return found
 
 
@@ -63,7 +67,7 @@ def subcommands(target: str, words: list[str]) -> tuple[str, ...]:
 @pytest.mark.parametrize("name", sorted(studies.STUDIES))
 def test_every_results_block_is_the_rendering_of_its_file(name):
     """Each study's block between its markers, wherever it appears, is exactly
-    `python -m kt_lib.studies render NAME`."""
+    `kt study render NAME`."""
     rendered = studies.render(studies.get(name))
     pattern = rf"<!-- study:{name} -->\n(.*?)<!-- /study:{name} -->"
     blocks = [(page, b) for page, text in TEXT.items() for b in re.findall(pattern, text, re.S)]
@@ -71,7 +75,7 @@ def test_every_results_block_is_the_rendering_of_its_file(name):
     for page, block in blocks:
         assert block == rendered, (
             f"{page}: the block of {name!r} differs from its results file: paste the output "
-            f"of `python -m kt_lib.studies render {name}`"
+            f"of `kt study render {name}`"
         )
 
 

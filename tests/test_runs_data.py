@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from kt_lib import experiment
-from kt_lib import leaderboard as lb
 from kt_lib.data.formats import write_line3
 from kt_lib.data.synthetic import simulate
+from kt_lib.runs import experiment
 from kt_lib.runs.data import DataSpec, dataset_name
+from kt_lib.runs.leaderboard import run_leaderboard
+from kt_lib.runs.results import load_results
 from kt_lib.train import TrainConfig
 
 
@@ -41,7 +42,7 @@ def test_a_folder_with_synthetic_is_refused(folder):
     with pytest.raises(ValueError, match="needs data_dir"):
         DataSpec(None, "line3")
     with pytest.raises(ValueError, match="simulator ignores the folder"):
-        lb.run_leaderboard([(str(folder), "synthetic")], ["dkt"], TrainConfig(), progress=False)
+        run_leaderboard([(str(folder), "synthetic")], ["dkt"], TrainConfig(), progress=False)
 
 
 def test_cli_with_a_data_dir_alone_trains_on_that_folder(folder, tmp_path, capsys):
@@ -53,13 +54,21 @@ def test_cli_with_a_data_dir_alone_trains_on_that_folder(folder, tmp_path, capsy
     assert saved["args"]["data_format"] == "auto"
     assert "auto -> line3" in saved["protocol"] and "simulat" not in saved["protocol"]
     assert [r["dataset"] for r in saved["results"]] == ["mini"]
-    assert lb.load_results(out)["dataset"].tolist() == ["mini"]
+    assert load_results(out)["dataset"].tolist() == ["mini"]
     assert "no --preset" not in capsys.readouterr().err
     with pytest.raises(SystemExit):
         experiment.main([*args, "--data-format", "synthetic"])
     assert "simulator ignores the folder" in capsys.readouterr().err
     experiment.main([a for a in args if a not in ("--preset", "tiny")])  # the default, said
-    assert "no --preset, so every model is 'tiny'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no --preset, so every model is 'paper'" in err  # real data: the published sizes
+    assert "holds 1 row(s); new rows are added" in err
+    rows = json.loads(out.read_text())["results"]
+    assert [r["preset"] for r in rows] == ["tiny", "paper"]  # nothing overwritten
+    experiment.main(args)  # the same run again replaces its own row
+    assert [r["preset"] for r in json.loads(out.read_text())["results"]] == ["paper", "tiny"]
+    experiment.main([*args, "--overwrite"])
+    assert len(json.loads(out.read_text())["results"]) == 1
 
 
 def test_an_old_file_of_simulated_runs_with_a_folder_is_named_synthetic(tmp_path):
@@ -67,5 +76,5 @@ def test_an_old_file_of_simulated_runs_with_a_folder_is_named_synthetic(tmp_path
     path = tmp_path / "old.json"
     args = {"data_dir": "/data/assist2009", "data_format": "synthetic", "fold": None}
     path.write_text(json.dumps({"args": args, "protocol": "", "results": [{"model": "dkt"}]}))
-    assert lb.load_results(path)["dataset"].tolist() == ["synthetic"]
+    assert load_results(path)["dataset"].tolist() == ["synthetic"]
     assert dataset_name("/data/assist2009", "line3") == "assist2009"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from kt_lib.data import load_bundle
-from kt_lib.experiment import run_experiment
 from kt_lib.runs import experiment as runs_experiment
+from kt_lib.runs.experiment import run_model as run_experiment
 from kt_lib.runs.spec import EvalConfig, RunSpec
 from kt_lib.train import TrainConfig
 

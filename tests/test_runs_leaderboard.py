@@ -9,12 +9,14 @@ import warnings
 import numpy as np
 import pytest
 
-from kt_lib import leaderboard as lb
 from kt_lib import reports
-from kt_lib.runs.plan import LeaderboardPlan
-from kt_lib.runs.results import read_runs
+from kt_lib.runs.leaderboard import check_plan, run_leaderboard
+from kt_lib.runs.leaderboard import main as leaderboard_main
+from kt_lib.runs.plan import LeaderboardPlan, fold_plan
+from kt_lib.runs.results import add_runs, load_results, read_runs
 from kt_lib.runs.spec import ModelSettings
 from kt_lib.runs.stats import compare_pairs
+from kt_lib.runs.tables import leaderboard, published_comparison, to_markdown
 from kt_lib.train import TrainConfig
 
 TINY_TRAIN = TrainConfig(epochs=1, batch_size=16, max_len=12, lr=1e-2, progress=False)
@@ -28,11 +30,11 @@ def test_leaderboard_workers_fill_the_results_file(tmp_path, capsys):
     models = ["dkt", "no_such_model", "sakt"]
     path, serial_path = tmp_path / "board.json", tmp_path / "serial.json"
     with pytest.warns(RuntimeWarning, match="2 of 6 runs failed"):
-        serial = lb.run_leaderboard(
+        serial = run_leaderboard(
             [(None, "synthetic")], models, TINY_TRAIN, results_file=serial_path, **kw
         )
     with pytest.warns(RuntimeWarning, match="2 of 6 runs failed"):
-        parallel = lb.run_leaderboard(
+        parallel = run_leaderboard(
             [(None, "synthetic")], models, TINY_TRAIN, results_file=path, workers=2, **kw
         )
     assert parallel[["model", "seed"]].values.tolist() == [[m, s] for s in (0, 1) for m in models]
@@ -55,12 +57,10 @@ def test_leaderboard_workers_fill_the_results_file(tmp_path, capsys):
 
     # resuming runs only the failed runs again (in this process: quick)
     with pytest.warns(RuntimeWarning, match="2 of 2 runs failed"):
-        again = lb.run_leaderboard(
-            [(None, "synthetic")], models, TINY_TRAIN, results_file=path, **kw
-        )
+        again = run_leaderboard([(None, "synthetic")], models, TINY_TRAIN, results_file=path, **kw)
     assert again["test_auc"].tolist()[::3] == parallel["test_auc"].tolist()[::3]
-    table = lb.load_results(path)
-    board = lb.leaderboard(table, published=False)
+    table = load_results(path)
+    board = leaderboard(table, published=False)
     assert board.loc[("synthetic", "dkt"), "runs"] == 2
     assert board.loc[("synthetic", "no_such_model"), "failed"] == 2
     assert board.loc[("synthetic", "no_such_model"), "runs"] == 0
@@ -68,11 +68,11 @@ def test_leaderboard_workers_fill_the_results_file(tmp_path, capsys):
     if table["commit"].notna().any():  # None outside a git checkout
         assert "commit" in board
 
-    lb.main([str(path), "--no-published", "--pairs", "sakt:dkt"])
+    leaderboard_main([str(path), "--no-published", "--pairs", "sakt:dkt"])
     out = capsys.readouterr().out
     assert "| sakt - dkt |" in out and "Wilcoxon p" in out and "wall s" in out
     with pytest.raises(SystemExit, match="nope"):
-        lb.main([str(path), "--pairs", "sakt:nope"])
+        leaderboard_main([str(path), "--pairs", "sakt:nope"])
 
 
 def _results_file(path, data_dir, fold, aucs, model="dkt"):
@@ -98,31 +98,31 @@ def test_leaderboard_round_trip(tmp_path, capsys):
     a = _results_file(tmp_path / "a.json", "../shared/data/assist2009", 1, [0.80])
     b = _results_file(tmp_path / "b.json", "../shared/data/assist2009", 2, [0.82])
     c = _results_file(tmp_path / "c.json", None, None, [0.6, 0.7], model="sakt")
-    table = lb.load_results([a, b, c])
+    table = load_results([a, b, c])
     assert len(table) == 4 and "history" not in table and "valid" not in table
     assert table["dataset"].tolist() == ["assist2009", "assist2009", "synthetic", "synthetic"]
     assert table["fold"].tolist()[:2] == [1, 2]
-    board = lb.leaderboard(table)
+    board = leaderboard(table)
     assert board.loc[("assist2009", "dkt"), "auc"] == "0.8100 ± 0.0141"
     assert board.loc[("assist2009", "dkt"), "runs"] == 2
-    single = lb.leaderboard(lb.load_results([a]))
+    single = leaderboard(load_results([a]))
     assert single.loc[("assist2009", "dkt"), "auc"] == "0.8000"  # one run: no "± 0.0000"
     assert board.loc[("assist2009", "dkt"), "pyKT AUC"] == "0.7541"
-    md = lb.to_markdown(board)
+    md = to_markdown(board)
     lines = md.splitlines()
     assert lines[0].startswith("| dataset | model | auc | acc | rmse | runs")
     assert lines[1].startswith("|---|")
     assert "| assist2009 | dkt | 0.8100 ± 0.0141 |" in md
     assert len(lines) == 2 + len(board)
-    lb.main([str(a), str(b)])
+    leaderboard_main([str(a), str(b)])
     out = capsys.readouterr().out
     assert "| assist2009 | dkt | 0.8100 ± 0.0141" in out and "fold 1" in out
-    comparison = lb.published_comparison(table)
+    comparison = published_comparison(table)
     assert set(comparison["source"]) == {"DKVMN paper", "pyKT"}
     assert comparison["protocol difference"].str.contains("pooled over folds").all()
-    with pytest.raises(ValueError, match="not a kt_lib.experiment results file"):
+    with pytest.raises(ValueError, match="not a `kt run` results file"):
         (tmp_path / "bad.json").write_text("[]")
-        lb.load_results(tmp_path / "bad.json")
+        load_results(tmp_path / "bad.json")
 
 
 def test_leaderboard_resumes_from_its_results_file(tmp_path, monkeypatch):
@@ -140,7 +140,7 @@ def test_leaderboard_resumes_from_its_results_file(tmp_path, monkeypatch):
         return real(spec, *args, **kw)
 
     monkeypatch.setattr(execute, "run_experiment", counting)
-    first = lb.run_leaderboard(
+    first = run_leaderboard(
         [(None, "synthetic")],
         ["dkt"],
         TINY_TRAIN,
@@ -150,7 +150,7 @@ def test_leaderboard_resumes_from_its_results_file(tmp_path, monkeypatch):
         results_file=path,
     )
     assert calls == ["dkt", "dkt"] and len(first) == 2
-    again = lb.run_leaderboard(
+    again = run_leaderboard(
         [(None, "synthetic")],
         ["dkt", "sakt"],
         TINY_TRAIN,
@@ -163,7 +163,7 @@ def test_leaderboard_resumes_from_its_results_file(tmp_path, monkeypatch):
     assert again[again.model == "dkt"]["test_auc"].tolist() == first["test_auc"].tolist()
     from dataclasses import replace
 
-    lb.run_leaderboard(
+    run_leaderboard(
         [(None, "synthetic")],
         ["dkt"],
         replace(TINY_TRAIN, lr=5e-3),
@@ -173,11 +173,11 @@ def test_leaderboard_resumes_from_its_results_file(tmp_path, monkeypatch):
         results_file=path,
     )
     assert calls[-1] == "dkt" and len(calls) == 5  # another lr is another run
-    table = lb.load_results(path)
+    table = load_results(path)
     assert len(table) == 5 and set(table["dataset"]) == {"synthetic"}
     assert table["run_key"].is_unique and table["preset"].eq("tiny").all()
     other = tmp_path / "other.json"  # runs filled in a separate file (another process)
-    lb.run_leaderboard(
+    run_leaderboard(
         [(None, "synthetic")],
         ["dkt"],
         TINY_TRAIN,
@@ -186,12 +186,12 @@ def test_leaderboard_resumes_from_its_results_file(tmp_path, monkeypatch):
         progress=False,
         results_file=other,
     )
-    assert lb.add_runs(path, read_runs(path)) == 5  # same keys: nothing doubles
-    lb.main([str(other), "--merge-into", str(path)])
-    merged = lb.load_results(path)
+    assert add_runs(path, read_runs(path)) == 5  # same keys: nothing doubles
+    leaderboard_main([str(other), "--merge-into", str(path)])
+    merged = load_results(path)
     assert len(merged) == 6 and sorted(merged["seed"].tolist()) == [0, 0, 0, 1, 1, 2]
     with pytest.raises(SystemExit, match="run_key"):
-        lb.main(
+        leaderboard_main(
             [
                 str(_results_file(tmp_path / "plain.json", None, None, [0.6])),
                 "--merge-into",
@@ -200,7 +200,7 @@ def test_leaderboard_resumes_from_its_results_file(tmp_path, monkeypatch):
         )
     path.write_text("{not json")
     with pytest.raises(ValueError, match="cannot resume"):
-        lb.run_leaderboard(
+        run_leaderboard(
             [(None, "synthetic")],
             ["dkt"],
             TINY_TRAIN,
@@ -216,7 +216,7 @@ def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
     sim = dict(num_students=30, seq_len=10, num_c=4)
     kw = dict(seeds=[0, 1], simulator=sim, progress=False)
     variants = {"dkt_narrow": {"model": "dkt", "d": 4}, "dkt_deep": {"model": "dkt", "n_layers": 2}}
-    runs = lb.run_leaderboard(
+    runs = run_leaderboard(
         [(None, "synthetic")],
         ["dkt", "dkt_narrow", "dkt_deep"],
         TINY_TRAIN,
@@ -232,12 +232,12 @@ def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
     # d=6 from the model's overrides, d=4 from the variant, d=6 + 2 layers for the deep one
     assert params["dkt_narrow"] < params["dkt"] < params["dkt_deep"]
     assert runs["run_key"].is_unique
-    assert set(lb.load_results(tmp_path / "board.json")["model"]) == set(runs["model"])
+    assert set(load_results(tmp_path / "board.json")["model"]) == set(runs["model"])
     paired = compare_pairs(runs, ["dkt_narrow:dkt"])
     assert paired["n_pairs"].iloc[0] == 2
     # per-dataset fields go over everything else, on that dataset only
     per_dataset = {"synthetic": {"dkt_narrow": {"d": 3}}, "assist2009": {"dkt": {"d": 50}}}
-    again = lb.run_leaderboard(
+    again = run_leaderboard(
         [(None, "synthetic")],
         ["dkt", "dkt_narrow"],
         TINY_TRAIN,
@@ -253,7 +253,7 @@ def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
         ({"synthetic": {"dkt_narrow": {"width": 3}}}, r"\['synthetic'\]\['dkt_narrow'\]"),
     ):
         with pytest.raises(ValueError, match=match):
-            lb.run_leaderboard(
+            run_leaderboard(
                 [(None, "synthetic")],
                 ["dkt"],
                 TINY_TRAIN,
@@ -263,7 +263,7 @@ def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
             )
     # overrides[label] goes over the variant's own fields; a variant's failed run keeps its label
     with pytest.warns(RuntimeWarning, match="2 of 4 runs failed"):
-        more = lb.run_leaderboard(
+        more = run_leaderboard(
             [(None, "synthetic")],
             ["dkt_narrow", "dkt_broken"],
             TINY_TRAIN,
@@ -287,7 +287,7 @@ def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
         ({"x": {"model": "dkt", "seed": 3}}, r"no config field\(s\) \['seed'\]"),
     ):
         with pytest.raises(ValueError, match=match):
-            lb.run_leaderboard([(None, "synthetic")], ["x"], TINY_TRAIN, variants=bad, **kw)
+            run_leaderboard([(None, "synthetic")], ["x"], TINY_TRAIN, variants=bad, **kw)
 
 
 def test_full_profile_variants_build_and_pairs_name_its_models():
@@ -339,7 +339,7 @@ def test_full_profile_simakt_banks_fit_statics2011():
         pytest.skip("../shared/data/statics2011 is not here")
     full = yaml.safe_load((root / "notebooks" / "params" / "full.yaml").read_text())
     params = reports.notebook_params(full, root / "notebooks" / "10_compare_models.ipynb")
-    assert lb.fold_plan("line3", params["folds"], [0], data_dir)[0] == (1, 0)  # the files' folds
+    assert fold_plan("line3", params["folds"], [0], data_dir)[0] == (1, 0)  # the files' folds
     simakt = [m for m in params["models"] if m == "simakt" or m.startswith("simakt_")]
     settings = ModelSettings.parse(params["overrides"], params["variants"])
     configs = {name: settings.cell("any", name) for name in simakt}
@@ -376,7 +376,7 @@ def test_check_plan_finds_the_cells_that_would_fail(capsys):
         simulator=sim,
         variants=variants,
     )
-    board = lb.check_plan(plan, progress=False)
+    board = check_plan(plan, progress=False)
     assert board["model"].tolist() == ["dkt", "simakt_big", "dkt_broken"]
     assert board["ok"].tolist() == [True, False, False]
     assert board["error"].iloc[1].startswith("ValueError: n_clusters=100 is larger than the bank")
@@ -389,7 +389,7 @@ def test_check_plan_finds_the_cells_that_would_fail(capsys):
         variants=variants,
         dataset_overrides=fixed,
     )
-    again = lb.check_plan(plan, progress=False)
+    again = check_plan(plan, progress=False)
     assert again["ok"].all() and again["seconds"].ge(0).all()
     with pytest.raises(SystemExit, match="1 cell"):
         reports.main(

@@ -1015,8 +1015,8 @@ def test_param_groups_scale_learning_rates_inversely_with_influence():
 
 
 def test_bank_cli_builds_banks_the_model_loads_by_dataset_name(tmp_path, capsys):
+    from kt_lib.cli.memory import main
     from kt_lib.data import load_bundle
-    from kt_lib.memory.__main__ import main
 
     settings = ["--set", "n_clusters=4", "--set", "memory_size=8", "--set", "k_neighbors=3"]
     args = ["build", "--data-format", "synthetic", "--num-students", "60", "--seq-len", "12"]

@@ -1,4 +1,4 @@
-"""`python -m kt_lib.data prepare NAME RAW_PATH OUT_DIR [options]`: raw public dataset -> pykt CSV,
+"""`kt prepare NAME RAW_PATH OUT_DIR [options]`: raw public dataset -> pykt CSV,
 the 3/4-line layout and prepare.json (kt_lib.data.prepare)."""
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ class MemoryConfig:
     kmeans_n_init: int = KMEANS_N_INIT  # KMeans restarts (the seed's n_init=10)
     min_length: int = 5  # shorter logs stay out of the banks (the seed skips < 5 interactions)
     batch_size: int = 128  # students per encoding batch
-    bank_dir: str = ""  # prebuilt banks (python -m kt_lib.memory build), loaded by dataset name
+    bank_dir: str = ""  # prebuilt banks (kt memory build), loaded by dataset name
 
     def validate(self) -> None:
         require(

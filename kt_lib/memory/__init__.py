@@ -6,7 +6,7 @@
 - `similarity`: the seed's four temporal-mismatch strategies (prefix-aligned, position-weighted,
   multi-scale, trajectory completion), vectorised and registered.
 - `analysis`: cluster purity / agreement with known groups, 2-D projections.
-- `python -m kt_lib.memory build ...` (`__main__`): prebuild a configuration's banks per dataset.
+- `kt memory build ...` (`__main__`): prebuild a configuration's banks per dataset.
 """
 
 from .analysis import cluster_agreement, cluster_purity, fit_projection

@@ -1,6 +1,6 @@
 """Memory-bank files: where a dataset's prebuilt banks live, and the checked `.pt`/`.json` pair.
 
-`python -m kt_lib.memory build` writes `<bank_dir>/<dataset>.pt` + `.json` (no pickle, atomic;
+`kt memory build` writes `<bank_dir>/<dataset>.pt` + `.json` (no pickle, atomic;
 the `.json` records the `.pt`'s SHA-256 and, given the training students, a SHA-256 of their
 logs); `read_banks` checks the pair, what the banks depend on (the similarity signature and the
 model sizes) and which training students built them. The model (`kt_lib.models.simakt`)
@@ -27,7 +27,7 @@ def dataset_name(data: KTDataset) -> str:
 
 
 def bank_file(bank_dir: str | Path, dataset: str) -> Path:
-    """Where `python -m kt_lib.memory build` puts a dataset's banks: `<bank_dir>/<dataset>.pt`
+    """Where `kt memory build` puts a dataset's banks: `<bank_dir>/<dataset>.pt`
     and `.json` (the returned path ends in a placeholder suffix, so that `with_suffix` keeps
     dotted dataset names whole)."""
     return Path(bank_dir) / f"{dataset.replace('/', '_')}.banks"

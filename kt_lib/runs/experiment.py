@@ -2,8 +2,8 @@
 
     result = run_experiment(RunSpec("akt", "paper", seed=1, train=cfg), bundle)
 
-`run_model` keeps the keyword signature notebooks use (`kt_lib.experiment.run_experiment`):
-a thin wrapper that builds the spec. `python -m kt_lib.experiment` (`main`) does the same from
+`run_model` keeps the keyword signature notebooks use (`kt_lib.runs.experiment.run_model`):
+a thin wrapper that builds the spec. `kt run` (`main`) does the same from
 the command line and writes a results file of `RunRecord` rows.
 """
 
@@ -15,6 +15,7 @@ import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pandas as pd
@@ -165,7 +166,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--preset",
         default=None,
-        help=f"tiny | default | paper | a named one (default: {DEFAULT_PRESET}, smoke-sized)",
+        help=f"tiny | default | paper | a named one (default: paper on real data, "
+        f"{DEFAULT_PRESET} on the simulator)",
     )
     p.add_argument(
         "--recipe",
@@ -200,8 +202,34 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--set", nargs="*", default=[], help="model fields key=value (YAML values)")
-    p.add_argument("--out", default="results.json")
+    p.add_argument(
+        "--out",
+        default="results.json",
+        help="results file; an existing one keeps its rows (a rerun of the same dataset, fold, "
+        "model, seed and preset replaces its row)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="start --out afresh")
     return p
+
+
+def _row_key(row: dict) -> tuple:
+    """What makes an experiment row the same run: a rerun replaces it in --out."""
+    return tuple(row.get(k) for k in ("dataset", "fold", "model", "seed", "preset"))
+
+
+def _kept_rows(out: str, overwrite: bool) -> list[dict]:
+    """The rows already in `out` (none with --overwrite or no file); a file that is not a
+    results file is refused, never replaced."""
+    path = Path(out)
+    if overwrite or not path.exists():
+        return []
+    try:
+        rows = json.loads(path.read_text())["results"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(
+            f"--out {out}: not a results file ({exc}); pass --overwrite to replace it"
+        ) from None
+    return list(rows)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -215,14 +243,9 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:
         p.error(str(exc))
     a.data_format = data.data_format
-    if a.preset is None:
-        a.preset = DEFAULT_PRESET
-        if not data.synthetic:
-            print(
-                f"note: no --preset, so every model is {DEFAULT_PRESET!r} (smoke-sized); pass "
-                "--preset paper for the published sizes",
-                file=sys.stderr,
-            )
+    if a.preset is None:  # real data gets the published sizes, the simulator smoke sizes
+        a.preset = DEFAULT_PRESET if data.synthetic else "paper"
+        print(f"note: no --preset, so every model is {a.preset!r}", file=sys.stderr)
     given = dict(epochs=a.epochs, patience=a.patience, batch_size=a.batch_size, lr=a.lr)
     given = {k: v for k, v in given.items() if v is not None}
     if a.recipe == "workbook":
@@ -245,6 +268,9 @@ def main(argv: list[str] | None = None) -> None:
     ]
     for spec in specs:  # a typo in --set fails before the first run
         spec.validate()
+    kept = _kept_rows(a.out, a.overwrite)
+    if kept:
+        print(f"note: {a.out} holds {len(kept)} row(s); new rows are added", file=sys.stderr)
     bundle, rows, commit = data.load(), [], run_commit()
     for spec in specs:
         t0 = time.perf_counter()
@@ -267,7 +293,9 @@ def main(argv: list[str] | None = None) -> None:
         row["history"] = res.history.to_dict(orient="list")
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "history"}), flush=True)
-        save_json(a.out, {"args": vars(a), "protocol": bundle.protocol, "results": rows})
+        new = {_row_key(r) for r in rows}
+        merged = [r for r in kept if _row_key(r) not in new] + rows
+        save_json(a.out, {"args": vars(a), "protocol": bundle.protocol, "results": merged})
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The model leaderboard: train a `LeaderboardPlan` into a resumable results file, dry-run it
 before its GPU hours are spent, and print any results files as one table.
 
-    python -m kt_lib.leaderboard runs/assist2009.json runs/statics2011.json [--metrics ...]
+    kt leaderboard runs/assist2009.json runs/statics2011.json [--metrics ...]
         [--pairs simakt:dtransformer idkt:akt] [--merge-into OUT]
 
 prints a markdown table for the README, mean ± std per dataset and model beside the published
@@ -197,7 +197,7 @@ def check_plan(
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("files", nargs="+", help="results JSON files of python -m kt_lib.experiment")
+    p.add_argument("files", nargs="+", help="results JSON files of kt run")
     p.add_argument("--metrics", nargs="+", default=list(METRICS))
     p.add_argument("--digits", type=int, default=4)
     p.add_argument("--no-published", action="store_true", help="leave out the published AUCs")

@@ -1,5 +1,5 @@
 """`RunRecord`: the one schema of a results row, whoever ran it (a notebook, a grid, the
-leaderboard, `python -m kt_lib.experiment`, a study).
+leaderboard, `kt run`, a study).
 
 A row is flat: identity (dataset, model, fold, seed, variant or cell label, preset, factors),
 then the result's figures (test_<metric>, test_<metric>@<rows>/<history>, valid_<headline>,

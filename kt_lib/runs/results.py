@@ -1,7 +1,7 @@
 """The results store: files of `RunRecord` rows, read as one table, merged by `run_key` under a
 file lock with atomic rewrites (several processes may fill one file).
 
-A results file is {"args", "protocol", "results": [row]}: `python -m kt_lib.experiment` writes
+A results file is {"args", "protocol", "results": [row]}: `kt run` writes
 one per call (its args name the data); the leaderboard and the studies keep one per plan
 (results/<study>.json), each row naming its own dataset, fold, preset and run_key.
 """
@@ -55,7 +55,7 @@ def load_results(
             raise ValueError(f"{path}: cannot read a results file ({exc})") from exc
         if not isinstance(data, dict) or not isinstance(data.get("results"), list):
             raise ValueError(
-                f"{path}: not a kt_lib.experiment results file (expected a mapping with "
+                f"{path}: not a `kt run` results file (expected a mapping with "
                 "'args', 'protocol' and a 'results' list)"
             )
         args = data.get("args") or {}

@@ -9,7 +9,7 @@
 
 Model fields live in their own mapping (`RunSpec.fields`), apart from the run's settings, so a
 field may have any name its config has. `DEFAULT_PRESET` is the preset of every run that names
-none (notebooks, grids, the leaderboard and `python -m kt_lib.experiment`).
+none (notebooks, grids, the leaderboard and `kt run`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The evidence studies of record: named, typed plans whose runs land in `results/<name>.json`.
 
-    python -m kt_lib.studies list
-    python -m kt_lib.studies status simakt                  # done / left per cell, ETA
-    python -m kt_lib.studies run simakt [--data-root ../shared/data] [--device cuda]
+    kt study list
+    kt study status simakt                  # done / left per cell, ETA
+    kt study run simakt [--data-root ../shared/data] [--device cuda]
                                         [--workers 4] [--threads 1]
-    python -m kt_lib.studies render simakt                   # the README's block, from the file
-    python -m kt_lib.leaderboard results/simakt.json --pairs simakt_pwd:dtransformer ...
+    kt study render simakt                   # the README's block, from the file
+    kt leaderboard results/simakt.json --pairs simakt_pwd:dtransformer ...
 
 A study is a list of parts (datasets x models) that share one training recipe, one preset and one
 results file. `run` is resumable: each finished run is merged into the file at once (file lock,
@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..provenance import ROOT
+from ..published import PUBLISHED, PYKT_PAPER
 from ..train import TrainConfig
 from .leaderboard import run_plan
 from .plan import LeaderboardPlan
@@ -64,6 +65,8 @@ class Study:
     patience: int = 5
     histories: tuple[str, ...] = ("window",)
     filling: bool = False  # being filled run by run: `status` lists what is left
+    published: bool = False  # render the published figures beside each cell
+    breakdown: bool = False  # render AUC by the scored step's position in the history
 
     def __post_init__(self) -> None:
         """Variants and overrides are checked against the models' configs when a study is
@@ -181,6 +184,8 @@ STUDIES = {
             folds=5,
             seeds=(0, 1, 2, 3, 4),
             filling=True,
+            published=True,
+            breakdown=True,
         ),
     ]
 }
@@ -245,10 +250,10 @@ def render(study: Study, path: str | Path | None = None) -> str:
     """The README's block for a study, from its results file alone: per (dataset, model) the
     test AUC (mean ± std over runs), runs, mean best epoch and training seconds, the device;
     then each of the study's pairs per dataset and pooled over datasets (paired by dataset,
-    fold and seed; kt_lib.stats). `python -m kt_lib.studies render NAME` prints it."""
+    fold and seed; kt_lib.runs.stats). `kt study render NAME` prints it."""
     path = Path(path or study.path)
     if not path.exists():
-        return f"No finished run yet (`python -m kt_lib.studies status {study.name}`).\n"
+        return f"No finished run yet (`kt study status {study.name}`).\n"
     runs = load_results(path)
     if "error" in runs:
         runs = runs[runs["error"].isna()]
@@ -260,24 +265,50 @@ def render(study: Study, path: str | Path | None = None) -> str:
         for m in metrics:
             v = part[m].dropna()
             row[m] = mean_std(v)
+        if study.published:
+            row["published"] = published_figures(dataset, model)
         row.update(
             runs=len(part),
             best_epoch=f"{part['best_epoch'].mean():.1f}",
             train_s=f"{part['train_seconds'].mean():.0f}",
             device=", ".join(sorted(set(part["device_name"].astype(str)))),
         )
+        if study.breakdown:
+            for col in BREAKDOWN:
+                v = part[f"test_auc@{col}"].dropna() if f"test_auc@{col}" in part else []
+                row[f"auc {col}"] = f"{v.mean():.4f}" if len(v) else "-"
         rows.append(row)
     out = [to_markdown(pd.DataFrame(rows), index=False)]
+    if study.breakdown:
+        out.append(
+            "`auc posA-B`: per-question test AUC of the steps at positions A-B of the student's "
+            "log (windows of 200: a step after 200 is predicted from its own window)."
+        )
+    present = set(runs["model"])
+    pairs = [p for p in study.pairs if set(p) <= present]  # a filling study: the cells so far
     for m in metrics:
-        if study.pairs:
-            per = compare_pairs(runs, list(study.pairs), metric=m, per="dataset")
+        if pairs:
+            per = compare_pairs(runs, pairs, metric=m, per="dataset")
             out += [f"Paired, per dataset ({m}):", pairs_markdown(per)]
             if runs["dataset"].nunique() > 1:
-                pooled = compare_pairs(runs, list(study.pairs), metric=m)
+                pooled = compare_pairs(runs, pairs, metric=m)
                 out += [f"Paired, pooled over datasets ({m}):", pairs_markdown(pooled)]
     hours = runs["wall_seconds"].sum() / 3600
     out.append(f"{len(runs)} runs; their wall times add up to {hours:.2f} h.")
     return "\n\n".join(x.strip() for x in out) + "\n"
+
+
+BREAKDOWN = ("pos1-10", "pos11-50", "pos51-200", "pos201+")
+
+
+def published_figures(dataset: str, model: str) -> str:
+    """The published test AUCs of (dataset, model), each with its source's short name."""
+    found = [
+        f"{p.auc:.4f} ({'pyKT' if p.source == PYKT_PAPER else 'DKVMN paper'})"
+        for p in PUBLISHED
+        if p.dataset == dataset and p.model == model
+    ]
+    return "; ".join(found) or "-"
 
 
 def _fmt_eta(seconds: float | None) -> str:

@@ -4,7 +4,7 @@
     result = prepare("assist2009", "skill_builder_data_corrected_collapsed.csv", "data/a09")
     bundle = result.bundle(fold=0)          # the pykt folds through load_bundle
 
-or `python -m kt_lib.data prepare assist2009 RAW_PATH OUT_DIR`. Each dataset module reads its raw
+or `kt prepare assist2009 RAW_PATH OUT_DIR`. Each dataset module reads its raw
 files with their own column names into a `RawLog` (rows dropped by reason); `core.build` orders,
 filters, expands multi-skill rows, maps ids and splits as pykt-toolkit does; `write` writes the
 files. `DATASETS` names the readers; `prepare.json` records what was done.

@@ -1,6 +1,6 @@
 """Build every memory bank a SimAKT configuration needs, once per dataset:
 
-    python -m kt_lib.memory build --data-dir DIR --data-format FMT --out DIR
+    kt memory build --data-dir DIR --data-format FMT --out DIR
         [--similarity PRESET|FILE|FILE:NAME] [--set KEY=VALUE ...]
         [--preset default|tiny|paper] [--d D] [--n-heads H] [--max-len L] [--seed S] [--fold K]
         [--num-students N --seq-len T]   (synthetic data only)
@@ -29,12 +29,12 @@ import yaml
 
 from ..data import load_bundle
 from ..heads.simakt_config import load_simakt_config
+from ..memory.bank_files import bank_file, dataset_name
 from ..models import build_model
-from .bank_files import bank_file, dataset_name
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m kt_lib.memory", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="kt memory", description=__doc__.split("\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="build and save the banks of a SimAKT configuration")
     b.add_argument("--data-dir", default=None, help="dataset folder or file (none: synthetic)")

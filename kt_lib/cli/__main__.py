@@ -1,0 +1,7 @@
+"""`python -m kt_lib.cli` is the `kt` command."""
+
+import sys
+
+from . import main
+
+sys.exit(main())
