@@ -1,4 +1,4 @@
-"""DTransformer (Yin et al., WWW 2023, "Tracing Knowledge Instead of Patterns"): SimAKT's baseline.
+"""DTransformer (Yin et al., WWW 2023, "Tracing Knowledge Instead of Patterns").
 
 # B batch, L steps, D model dim, H heads, Dh head dim, K knowledge slots (n_know)
 Embeddings are AKT's Rasch embeddings (kt_lib.nn.embeddings): x_t from (q_t, pid_t), y_t from
@@ -14,8 +14,8 @@ enters through y -> Block 2 -> Block 3, and reaches the prediction only through 
 strict mask admits p_j for j < t, and p_j carries responses at steps <= j < t. The distance
 decay is computed from the masked weights (visible keys only); the training-time key hiding only
 removes keys; LayerNorm works per step. Rows with no visible key (Block 4 at t = 0) output zeros.
-SimAKT adds inter-student heads to Block 3 through `_block3_extra`; they obey the same rule (their
-output at step t may use the current student up to t, and is read by Block 4 after t only).
+A subclass may replace Block 3's last heads through `block3_extra_heads`; they obey the same rule
+(their output at step t may use the current student up to t, and is read by Block 4 after t only).
 The contrastive loss (off by default) is causal too: see `contrastive_terms`.
 """
 
@@ -44,7 +44,7 @@ class DTransformerConfig(BaseConfig):
     """DTransformer sizes and options."""
 
     d: int = 256  # model dim (seed 000: 256 = 8 heads x 32)
-    n_heads: int = 8  # attention heads per block (Block 3's are SimAKT's intra + inter heads)
+    n_heads: int = 8  # attention heads per block (a subclass may replace some of Block 3's)
     n_know: int = 16  # knowledge slots read by Block 4
     d_fc: int = 256  # hidden size of the prediction MLP (then d_fc // 2)
     dropout: float = 0.2  # residual/MLP dropout, also the rate of training-time key hiding
@@ -54,7 +54,7 @@ class DTransformerConfig(BaseConfig):
     lambda_cl: float = 0.1  # weight of the contrastive loss
     cl_temperature: float = 0.05  # temperature of the contrastive cosine similarities
     hard_neg: bool = True  # contrastive hard negatives: views with flipped past responses
-    max_len: int = 200  # longest window accepted (also the step count kept in SimAKT banks)
+    max_len: int = 200  # longest window accepted
 
     BINARY = True
     PRESETS = {
@@ -163,10 +163,10 @@ class DTransformer(KTModel):
         self.know = nn.Parameter(torch.empty(c.n_know, c.d).uniform_(-1.0, 1.0))
         self.out = mlp_head(2 * c.d, (c.d_fc, c.d_fc // 2), c.dropout, "gelu")
 
-    def _block3_extra(
+    def block3_extra_heads(
         self, batch: Batch, hq: torch.Tensor, hs: torch.Tensor, need_weights: bool
     ) -> tuple[ExtraHeads | None, dict]:
-        """Hook for SimAKT's inter-student heads (none here)."""
+        """Heads that replace Block 3's last ones, and extras to report (none here)."""
         return None, {}
 
     def _check(self, batch: Batch) -> None:
@@ -174,7 +174,7 @@ class DTransformer(KTModel):
             raise ValueError(f"sequence length {batch.q.shape[1]} > max_len {self.config.max_len}")
 
     def interaction_states(self, batch: Batch) -> torch.Tensor:
-        """Block 2 states hs [B, L, D] (SimAKT's `block2` trajectory encoder)."""
+        """Block 2 states hs [B, L, D] (the interaction states a subclass may encode)."""
         emb = self.embed(batch.q, batch.r, batch.pid)
         return self.block2(emb.y, emb.y, emb.y, batch.mask, peek_cur=True)[0]
 
@@ -184,7 +184,7 @@ class DTransformer(KTModel):
         valid = batch.mask
         hq, w1 = self.block1(emb.x, emb.x, emb.x, valid, True, need_weights)
         hs, w2 = self.block2(emb.y, emb.y, emb.y, valid, True, need_weights)
-        extra, extras = self._block3_extra(batch, hq, hs, need_weights)
+        extra, extras = self.block3_extra_heads(batch, hq, hs, need_weights)
         p, w3 = self.block3(hq, hq, hs, valid, True, need_weights, extra)
         z, w4 = self.block4.read_slots(self.know, hq, p, valid, need_weights)  # [B, L, K, D]
         attention = {}

@@ -327,7 +327,7 @@ class SimAKT(DTransformer):
             )
         return self.folds.fold_of(batch.uid)
 
-    def _block3_extra(
+    def block3_extra_heads(
         self, batch: Batch, hq: torch.Tensor, hs: torch.Tensor, need_weights: bool
     ) -> tuple[ExtraHeads | None, dict]:
         if self.inter is None:
