@@ -20,6 +20,8 @@ Deviations from the authors' code (UpstageAI/cl4kt models/cl4kt.py):
 - the hard-negative view runs through every interaction block (theirs re-reads the raw
   embedding in each block, so only the last block counts); padded keys are masked.
 - concepts only, as theirs (their problem ids are loaded but unused); no positions (as theirs).
+- views are drawn afresh at every step from torch's RNG (theirs are seeded by the sample's
+  index, so a student's two views are the same in every epoch).
 """
 
 from __future__ import annotations
