@@ -29,7 +29,7 @@ from torch import nn
 
 from ..config import require
 from ..data.dataset import Batch
-from ..nn import Dropout
+from ..nn import LSTM, Dropout
 from ..nn.reference import masked_softmax
 from .base import BaseConfig, KTModel, ModelOutput, register
 
@@ -104,7 +104,7 @@ class ATKT(KTModel):
         c = config
         self.skill = nn.Embedding(c.num_c, c.skill_dim)
         self.answer = nn.Embedding(2, c.answer_dim)
-        self.lstm = nn.LSTM(c.skill_dim + c.answer_dim, c.hidden_dim, batch_first=True)
+        self.lstm = LSTM(c.skill_dim + c.answer_dim, c.hidden_dim, batch_first=True)
         self.att_mlp = nn.Linear(c.hidden_dim, c.attention_dim)
         self.att_score = nn.Linear(c.attention_dim, 1, bias=False)
         self.drop = Dropout(c.dropout)

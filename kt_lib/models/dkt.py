@@ -13,7 +13,7 @@ from torch import nn
 
 from ..config import require
 from ..data.dataset import Batch, interaction_token
-from ..nn import Dropout
+from ..nn import LSTM, Dropout
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 
@@ -42,7 +42,7 @@ class DKT(KTModel):
         super().__init__(config)
         c = config
         self.emb = nn.Embedding(c.num_c * c.K, c.d)
-        self.lstm = nn.LSTM(c.d, c.d, num_layers=c.n_layers, batch_first=True)
+        self.lstm = LSTM(c.d, c.d, num_layers=c.n_layers, batch_first=True)
         self.drop = Dropout(c.dropout)
         self.out = nn.Linear(c.d, c.num_c)
 

@@ -60,7 +60,7 @@ from ..heads.ordinal import (
     OrdinalEmbedding,
 )
 from ..heads.ordinal_config import SEED_MECHANISMS
-from ..nn import Dropout, TransformerLayer, causal_mask
+from ..nn import LSTM, Dropout, TransformerLayer, causal_mask
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 
@@ -216,7 +216,7 @@ class GPCMModel(KTModel):
         self.pos_embedding = nn.Embedding(c.max_len, c.d)
         self.drop = Dropout(c.dropout)
         self.encoder = self.build_encoder()
-        self.memory = nn.LSTM(c.d, c.d, batch_first=True) if c.memory else None
+        self.memory = LSTM(c.d, c.d, batch_first=True) if c.memory else None
         self.memory_response = OrdinalEmbedding(c.K, c.d) if c.memory else None
         self.summary = nn.Sequential(
             nn.Linear((3 if c.memory else 2) * c.d, c.d_summary), nn.Tanh(), Dropout(c.dropout)

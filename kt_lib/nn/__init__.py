@@ -18,12 +18,13 @@ from .attention import (
     slot_attention,
 )
 from .backend import BACKENDS, use_backend
-from .blocks import FeedForward, TransformerLayer, mlp_head
+from .blocks import LSTM, FeedForward, TransformerLayer, mlp_head
 from .dropout import Dropout
 
 __all__ = [
     "BACKENDS",
     "Dropout",
+    "LSTM",
     "FeedForward",
     "MonotonicWeights",
     "MultiHeadAttention",

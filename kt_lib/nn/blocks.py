@@ -14,6 +14,18 @@ from .dropout import Dropout, FlatSequential, ReLUDropout
 ACTIVATIONS = ("relu", "relu_unfused", "gelu")
 
 
+class LSTM(nn.LSTM):
+    """`nn.LSTM` that runs in float32 under CPU autocast: oneDNN builds no bf16 LSTM on CPUs
+    without native bf16 ("could not create a primitive descriptor"), and the recurrence is a
+    small share of a KT model's step. Same parameters and state dict as `nn.LSTM`."""
+
+    def forward(self, x: torch.Tensor, hx=None):
+        if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
+            with torch.autocast("cpu", enabled=False):
+                return super().forward(x.float(), hx)
+        return super().forward(x, hx)
+
+
 def mlp_head(
     d_in: int, dims: tuple[int, ...], dropout: float, activation: str = "relu", d_out: int = 1
 ) -> nn.Sequential:
