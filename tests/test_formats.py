@@ -197,7 +197,8 @@ def test_log_sorts_and_maps(tmp_path):
 @pytest.mark.parametrize(
     ("text", "kw", "line", "value"),
     [
-        ("user,skil,correct,order\na,s,1,1\n", {}, 1, "missing column(s) ['skill']"),
+        ("user,skil,correct,order\na,s,1,1\n", {}, 1, "no column for skill (any of skill,"),
+        ("user,skill,correct\na,s,1\n", {"order": "t"}, 1, "no column for order='t'"),
         ("user,skill,correct,order\na,s,1,1\na,s,yes,2\n", {}, 3, "correct 'yes'"),
         ("user,skill,correct,order\na,s,1,1\na,s,0.5,2\n", {}, 3, "correct '0.5'"),
         ("user,skill,correct,order\na,s,1,1\na,s,2,2\n", {"K": 2}, 3, "correct '2' not in {0, 1}"),
@@ -209,6 +210,35 @@ def test_log_errors(tmp_path, text, kw, line, value):
     path = _write(tmp_path, "log.csv", text)
     with pytest.raises(ValueError, match=rf"log\.csv line {line}\b.*{re.escape(value)}"):
         read_log(path, **kw)
+
+
+def test_log_with_the_usual_column_names_loads_and_says_what_it_mapped(tmp_path):
+    """student/question/skill/correct/timestamp: the common names map without a flag; the same
+    log with our names gives the same students; unknown names get the flag that maps them."""
+    ours = read_log(_write(tmp_path, "ours.csv", LOG), K=3)
+    theirs_text = LOG.replace(
+        "user,skill,problem,correct,order", "Student,skill,question,correct,timestamp"
+    )
+    theirs = read_log(_write(tmp_path, "theirs.csv", theirs_text), K=3)
+    assert theirs.meta["columns"] == {
+        "user": "Student",
+        "skill": "skill",
+        "problem": "question",
+        "correct": "correct",
+        "order": "timestamp",
+    }
+    for a, b in zip(ours.students, theirs.students, strict=True):
+        np.testing.assert_array_equal(a.q, b.q)
+        np.testing.assert_array_equal(a.r, b.r)
+        np.testing.assert_array_equal(a.pid, b.pid)
+    odd = _write(tmp_path, "odd.csv", theirs_text.replace("Student", "who"))
+    with pytest.raises(ValueError, match=r"no column for user .*--columns user=COL"):
+        read_log(odd, K=3)
+    mapped = read_log(odd, user="who", K=3)  # the Python form of --columns user=who
+    assert mapped.meta["columns"]["user"] == "who" and len(mapped) == 2
+    no_order = read_log(_write(tmp_path, "plain.csv", "user,kc,score\na,s,1\na,t,0\n"))
+    assert no_order.meta["columns"]["order"] is None  # file order, said in meta
+    np.testing.assert_array_equal(no_order.students[0].q, [0, 1])
 
 
 # --- bad-input audit (issue 15): rules every reader shares ----------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from kt_lib.data.formats import write_line3
@@ -78,3 +79,27 @@ def test_an_old_file_of_simulated_runs_with_a_folder_is_named_synthetic(tmp_path
     path.write_text(json.dumps({"args": args, "protocol": "", "results": [{"model": "dkt"}]}))
     assert load_results(path)["dataset"].tolist() == ["synthetic"]
     assert dataset_name("/data/assist2009", "line3") == "assist2009"
+
+
+def test_cli_reads_a_log_with_a_column_map(tmp_path, capsys):
+    """A log with its own column names: the usual ones map alone, others through --columns."""
+    rng = np.random.default_rng(0)
+    lines = ["who,question,kc,correct,timestamp"]
+    for u in range(30):
+        for t in range(12):
+            lines.append(f"u{u},p{rng.integers(20)},k{rng.integers(5)},{rng.integers(2)},{t}")
+    log = tmp_path / "mine.csv"
+    log.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "r.json"
+    args = ["--models", "dkt", "--data-dir", str(log), "--epochs", "1", "--max-len", "12"]
+    args += ["--preset", "tiny", "--out", str(out)]
+    with pytest.raises(ValueError, match="no column for user .*--columns"):
+        experiment.main(args)
+    experiment.main([*args, "--columns", "user=who"])
+    saved = json.loads(out.read_text())
+    assert "columns user=who, skill=kc, problem=question" in saved["protocol"]
+    assert saved["results"][0]["test_auc"] > 0
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        experiment.main([*args, "--columns", "pupil=who"])
+    assert "'pupil=who' is not ROLE=COLUMN" in capsys.readouterr().err

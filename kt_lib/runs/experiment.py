@@ -164,6 +164,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--fold", type=int, default=None)
     p.add_argument(
+        "--columns",
+        default=None,
+        help="an interaction log's column map, ROLE=COLUMN,... (roles: user, skill, problem, "
+        "correct, order), e.g. user=student,problem=question,order=timestamp; by default the "
+        "usual names are recognised (docs/data.md)",
+    )
+    p.add_argument(
         "--preset",
         default=None,
         help=f"tiny | default | paper | a named one (default: paper on real data, "
@@ -212,6 +219,23 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def column_map(text: str | None) -> dict[str, str]:
+    """`--columns user=student,order=timestamp` -> reader keywords; unknown roles refused."""
+    if not text:
+        return {}
+    roles = ("user", "skill", "problem", "correct", "order")
+    out = {}
+    for item in text.split(","):
+        role, sep, col = item.partition("=")
+        role, col = role.strip(), col.strip()
+        if not sep or role not in roles or not col:
+            raise ValueError(
+                f"--columns {text!r}: {item!r} is not ROLE=COLUMN with ROLE in {roles}"
+            )
+        out[role] = col
+    return out
+
+
 def _row_key(row: dict) -> tuple:
     """What makes an experiment row the same run: a rerun replaces it in --out."""
     return tuple(row.get(k) for k in ("dataset", "fold", "model", "seed", "preset"))
@@ -239,7 +263,7 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     fields = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in a.set)}
     try:
-        data = DataSpec(a.data_dir, a.data_format, a.fold)
+        data = DataSpec(a.data_dir, a.data_format, a.fold, kw=column_map(a.columns))
     except ValueError as exc:
         p.error(str(exc))
     a.data_format = data.data_format

@@ -189,8 +189,10 @@ def _load_log(d, fold, valid_frac, seed, kw):
     """One interaction-log CSV, seeded student split (`fractions=`, default 70/10/20)."""
     path = _find(d, "*.csv") if d.is_dir() else d
     fractions = kw.pop("fractions", (0.7, 0.1, 0.2))
-    train, valid, test, how = _holdout(read_log(path, **kw), fractions, fold, seed)
-    return _Loaded(train, valid, test, path.stem, f"{path.name}: {how}")
+    log = read_log(path, **kw)
+    train, valid, test, how = _holdout(log, fractions, fold, seed)
+    cols = ", ".join(f"{k}={v}" for k, v in log.meta["columns"].items() if v is not None)
+    return _Loaded(train, valid, test, path.stem, f"{path.name} (columns {cols}): {how}")
 
 
 _LOADERS = {

@@ -46,27 +46,80 @@ def _order_key(col: pd.Series, where: _Where, name: str) -> np.ndarray:
     )
 
 
+AUTO = "auto"
+# each role's accepted column names, compared lower-case without spaces, '_' or '-'
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    "user": ("user", "student", "user_id", "student_id", "uid", "anon_student_id", "learner"),
+    "skill": ("skill", "concept", "kc", "skill_id", "concept_id", "kc_id", "skill_name"),
+    "problem": ("problem", "question", "item", "problem_id", "question_id", "item_id", "exercise"),
+    "correct": ("correct", "response", "score", "is_correct", "answer_correct", "outcome"),
+    "order": ("order", "timestamp", "time", "order_id", "date", "start_time", "datetime"),
+}
+OPTIONAL = ("problem", "order")  # roles a log may lack (no problem ids; file order)
+
+
+def _norm(name: str) -> str:
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def resolve_columns(header: list[str], given: dict[str, str | None], path: Path) -> dict:
+    """Role -> column of `header`: a name given explicitly must exist; `auto` takes the first
+    synonym present (`SYNONYMS`), or None for an optional role. A required role found nowhere is
+    an error listing the header and the flag that maps columns."""
+    by_norm = {_norm(h): h for h in header}
+    out, missing = {}, []
+    for role, want in given.items():
+        if want is None:
+            out[role] = None
+        elif want != AUTO:
+            if want not in header:
+                missing.append(f"{role}={want!r}")
+            out[role] = want
+        else:
+            hit = next((by_norm[_norm(s)] for s in SYNONYMS[role] if _norm(s) in by_norm), None)
+            if hit is None and role not in OPTIONAL:
+                missing.append(f"{role} (any of {', '.join(SYNONYMS[role])})")
+            out[role] = hit
+    if missing:
+        raise ValueError(
+            f"{path} line 1: no column for {'; '.join(missing)}; the header has {header}. Map "
+            "them with --columns user=COL,skill=COL,correct=COL[,problem=COL,order=COL] "
+            "(read_log(..., user=..., skill=...) in Python)"
+        )
+    return out
+
+
 def read_log(
     path: PathLike,
-    user: str = "user",
-    skill: str = "skill",
-    problem: str | None = None,
-    correct: str = "correct",
-    order: str | None = "order",
+    user: str = AUTO,
+    skill: str = AUTO,
+    problem: str | None = AUTO,
+    correct: str = AUTO,
+    order: str | None = AUTO,
     K: int = 2,
     uid_offset: int = 0,
     name: str | None = None,
 ) -> KTDataset:
     """Read an interaction log CSV (one row per interaction); raw ids map to sorted 0-based indices.
 
-    `meta` holds the mappings: `skill_ids[q]` / `problem_ids[pid]` are raw ids, `raw_uid[uid]`
-    the raw user. Ordinal responses need `K`. `order` (numbers or dates) sorts each student's
-    rows; ties and `order=None` keep the file order.
+    Columns: each role (`user`, `skill`, `problem`, `correct`, `order`) names its column, or is
+    `auto`: the first of the role's usual names present (`SYNONYMS`: student, user_id, concept,
+    kc, question, item, response, score, timestamp, ...); `problem` and `order` may be absent
+    (None: no problem ids / file order). `meta["columns"]` says which column each role read.
+    `meta` also holds the mappings: `skill_ids[q]` / `problem_ids[pid]` are raw ids,
+    `raw_uid[uid]` the raw user. Ordinal responses need `K`. `order` (numbers or dates) sorts
+    each student's rows; ties keep the file order.
     """
     _check_K(K)
     path = Path(path)
+    df, lines = _read_csv(path, [], "interaction rows")
+    roles = resolve_columns(
+        list(df.columns),
+        dict(user=user, skill=skill, problem=problem, correct=correct, order=order),
+        path,
+    )
+    user, skill, problem, correct, order = (roles[k] for k in SYNONYMS)
     cols = [c for c in (user, skill, problem, correct, order) if c is not None]
-    df, lines = _read_csv(path, cols, "interaction rows")
     where = _Where(path, lines)
     for c in cols:
         if (empty := (df[c].str.strip() == "").to_numpy()).any():
@@ -82,6 +135,7 @@ def read_log(
     meta = {
         "raw_uid": {uid_offset + i: u for i, u in enumerate(users.tolist())},
         "skill_ids": skills.tolist(),
+        "columns": roles,
     }
     pid = None
     if problem:
