@@ -3,6 +3,8 @@
     pip install --no-deps pykt-toolkit==0.0.38      # once; not a project dependency
     python benchmarks/bench_peer_audit.py [--models dkt atkt] [--out FILE.json]
     python benchmarks/bench_peer_audit.py --markdown [--out FILE.json]   # the table from the JSON
+    python benchmarks/bench_peer_audit.py --pykt-src CHECKOUT/pykt/models --src-label LABEL \
+        --out benchmarks/results/peer_audit_repo_cpu.json    # a pykt-toolkit checkout's files
 
 Each model is called as pykt's own evaluation calls it (pykt/models/evaluate_model.py `evaluate`,
 the same inputs as train_model.py `model_forward`): pykt's loader cuts a window of L steps into
@@ -22,6 +24,12 @@ float64). One JSON line per model in --out (model, pykt_version, ran: true or th
 max_change, leak_via, aligned, notes, and details), models the 0.0.38 wheel lacks included with
 ran = "not in the 0.0.38 wheel". Without pykt-toolkit installed it prints the install command
 and exits 0 (CI does not install it).
+
+pykt-team/pykt-toolkit's repository (its setup.py also says 0.0.38) holds models the PyPI wheel
+lacks (simpleKT, sparseKT, stableKT, FoLiBiKT, extraKT, RobustKT, DTransformer, DIMKT, ATDKT,
+QIKT): `--pykt-src` audits a checkout's pykt/models (the wheel's models and those), recording
+`--src-label` as pykt_version. stablekt, folibikt and extrakt import einops (not a project
+dependency: put it on PYTHONPATH). How each model is built and called: benchmarks/peer_models.py.
 """
 
 from __future__ import annotations
@@ -32,196 +40,27 @@ import io
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from pykt_loader import INSTALL, PYKT_VERSION, find_pykt_models, load_pykt, pykt_version
-
-# B batch, L steps (window), NQ questions, NC concepts
-B, L, NQ, NC, D = 4, 20, 30, 10, 16
-# what init_model.py builds in 0.0.38, with the pykt file that holds it
-SHIPPED = {
-    "dkt": "dkt",
-    "dkt+": "dkt_plus",
-    "dkt_forget": "dkt_forget",
-    "kqn": "kqn",
-    "dkvmn": "dkvmn",
-    "deep_irt": "deep_irt",
-    "skvmn": "skvmn",
-    "sakt": "sakt",
-    "saint": "saint",
-    "akt": "akt",
-    "atkt": "atkt",
-    "atktfix": "atkt",
-    "gkt": "gkt",
-    "lpkt": "lpkt",
-    "hawkes": "hawkes",
-    "iekt": "iekt",
-    "qdkt": "qdkt",
-}
-# files in 0.0.38 that neither init_model nor model_forward/evaluate wire up
-UNWIRED = ("akt_que", "dkt_que", "iekt_ce", "saint_plus_plus")
-# compared against in KT papers: in pykt-team/pykt-toolkit's repository (whose setup.py also
-# says 0.0.38) but not in the 0.0.38 package on PyPI
-NOT_SHIPPED = (
-    "simplekt",
-    "sparsekt",
-    "folibikt",
-    "stablekt",
-    "dimkt",
-    "atdkt",
-    "bakt_time",
-    "qikt",
-    "dtransformer",
-    "extrakt",
-    "robustkt",
+from peer_models import (  # noqa: F401 - part of this module's API
+    NOTES,
+    NQ,
+    REPO,
+    SHIPPED,
+    UNWIRED,
+    B,
+    L,
+    Seqs,
+    build,
+    cuda_calls_in_place,
+    probe,
+    pykt_batch,
+    random_seqs,
+    scored,
+    set_mode,
 )
-GAP_BUCKETS = 8  # DKT-forget's repeat gap, sequence gap and past count, capped
-
-
-@dataclass
-class Seqs:
-    """A window of L steps per student (pykt's loader cuts it into x[:, :-1] and x[:, 1:])."""
-
-    q: torch.Tensor  # [B, L] question ids
-    r: torch.Tensor  # [B, L] responses 0/1
-    t: torch.Tensor  # [B, L] timestamps (seconds), non-decreasing
-    mask: torch.Tensor  # [B, L] bool, valid steps (right-padded)
-
-    @property
-    def c(self) -> torch.Tensor:  # [B, L] the question's concept (one per question)
-        return (self.q % NC) * self.mask
-
-    def clone(self) -> Seqs:
-        return Seqs(self.q.clone(), self.r.clone(), self.t.clone(), self.mask)
-
-
-def random_seqs(seed: int = 0) -> Seqs:
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.tensor([L, *torch.randint(L // 2, L + 1, (B - 1,), generator=g).tolist()])
-    mask = torch.arange(L)[None] < lengths[:, None]
-    q = torch.randint(0, NQ, (B, L), generator=g) * mask
-    r = torch.randint(0, 2, (B, L), generator=g) * mask
-    t = torch.randint(1, 4000, (B, L), generator=g).cumsum(1) * mask
-    return Seqs(q, r, t, mask)
-
-
-def _buckets(x: torch.Tensor) -> torch.Tensor:
-    return torch.log2(x.clamp(min=1).double()).long().clamp(0, GAP_BUCKETS - 1)
-
-
-def pykt_batch(s: Seqs) -> dict[str, torch.Tensor]:
-    """pykt's KTDataset item, batched: x[:, :-1] and shft_x = x[:, 1:], both zeroed by `masks`."""
-    m = s.mask[:, 1:] & s.mask[:, :-1]  # [B, L-1]
-    # LPKT's interval time (minutes since the previous step, bucketed) and DKT-forget's gaps:
-    # features of step j computed from steps <= j, as pykt's preprocessing does
-    it = torch.cat([torch.zeros_like(s.t[:, :1]), (s.t[:, 1:] - s.t[:, :-1]) // 60], 1)
-    c = s.c
-    same = c[:, :, None] == c[:, None, :]  # [B, L, L] same concept
-    before = torch.ones(L, L).tril(-1).bool()  # key strictly before the query
-    idx = torch.arange(L)
-    last = torch.where(same & before, idx[None, None], -1).amax(-1)  # [B, L]
-    raw = {
-        "qseqs": s.q,
-        "cseqs": c,
-        "rseqs": s.r,
-        "tseqs": s.t,
-        "itseqs": _buckets(it + 1),
-        "rgaps": torch.where(last >= 0, _buckets(idx - last) + 1, 0),
-        "sgaps": _buckets(torch.cat([torch.zeros_like(s.t[:, :1]), s.t.diff(dim=1)], 1) // 60),
-        "pcounts": (same & before).sum(-1).clamp(max=GAP_BUCKETS - 1),
-    }
-    d = {}
-    for k, x in raw.items():
-        d[k] = x[:, :-1] * m
-        d["shft_" + k] = x[:, 1:] * m
-    d["masks"], d["smasks"] = m, m
-    return d
-
-
-# -- building pykt's models at tiny sizes, and calling them as evaluate() does ----------------
-
-
-def build(name: str, mods: dict):
-    """pykt's class for `name` at tiny sizes (kt_config.json's structure, d 16)."""
-    m = mods[SHIPPED[name]]
-    if name == "dkt":
-        return m.DKT(NC, D, dropout=0.1)
-    if name == "dkt+":
-        return m.DKTPlus(NC, D, lambda_r=0.01, lambda_w1=0.003, lambda_w2=3.0, dropout=0.1)
-    if name == "dkt_forget":
-        return m.DKTForget(NC, GAP_BUCKETS, GAP_BUCKETS, GAP_BUCKETS, D, dropout=0.1)
-    if name == "kqn":
-        return m.KQN(NC, D, D, D, dropout=0.1)
-    if name in ("dkvmn", "deep_irt", "skvmn"):
-        cls = {"dkvmn": "DKVMN", "deep_irt": "DeepIRT", "skvmn": "SKVMN"}[name]
-        return getattr(m, cls)(NC, D, 5, dropout=0.1)
-    if name == "sakt":
-        return m.SAKT(NC, L, D, 2, 0.1, num_en=1)
-    if name == "saint":
-        return m.SAINT(NQ, NC, L, D, 2, 0.1, n_blocks=1)
-    if name == "akt":
-        return m.AKT(NC, NQ, D, 1, 0.1, d_ff=D, final_fc_dim=D, num_attn_heads=2)
-    if name in ("atkt", "atktfix"):
-        return m.ATKT(NC, D, D, D, attention_dim=D, dropout=0.1, fix=name == "atktfix")
-    if name == "gkt":
-        graph = torch.rand(NC, NC, generator=torch.Generator().manual_seed(1))
-        return m.GKT(NC, D, D, graph_type="dense", graph=graph, dropout=0.1)
-    if name == "lpkt":
-        # pykt's lpkt_utils.generate_qmatrix: [num_q + 1, num_c + 1], the last column unused
-        qm = F.pad(F.one_hot(torch.arange(NQ + 1) % NC, NC), (0, 1)).to(torch.get_default_dtype())
-        return m.LPKT(GAP_BUCKETS, GAP_BUCKETS, NQ, NC, D, D, D, dropout=0.1, q_matrix=qm)
-    if name == "hawkes":
-        model = m.HawkesKT(NC, NQ, D, time_log=5)
-        model.apply(model.init_weights)
-        model.gpu = ""  # hawkes.py:98 calls mask.cuda() unless gpu == "": it cannot run on CPU
-        return model
-    if name == "iekt":
-        return m.IEKT(NQ, NC, D, max_concepts=1, dropout=0.1, device="cpu")
-    if name == "qdkt":
-        return m.QDKT(NQ, NC, D, dropout=0.1, device="cpu")
-    raise KeyError(name)
-
-
-def scored(name: str, model, d: dict) -> torch.Tensor:
-    """y [B, L-1]: y[:, s-1] is what evaluate()'s branch for `name` scores against r_s."""
-    q, c, r = d["qseqs"], d["cseqs"], d["rseqs"]
-    qs, cs, rs = d["shft_qseqs"], d["shft_cseqs"], d["shft_rseqs"]
-    cq, cc, cr = (torch.cat((x[:, :1], xs), 1) for x, xs in ((q, qs), (c, cs), (r, rs)))
-    if name in ("dkt", "dkt+"):
-        return (model(c, r) * F.one_hot(cs, NC)).sum(-1)
-    if name == "dkt_forget":
-        return (model(c, r, d) * F.one_hot(cs, NC)).sum(-1)
-    if name in ("dkvmn", "deep_irt", "skvmn"):
-        return model(cc, cr)[:, 1:]
-    if name in ("kqn", "sakt"):
-        return model(c, r, cs)
-    if name == "saint":
-        return model(cq, cc, r)[:, 1:]
-    if name == "akt":
-        return model(cc, cr, cq)[0][:, 1:]
-    if name in ("atkt", "atktfix"):
-        return (model(c, r)[0] * F.one_hot(cs, NC)).sum(-1)
-    if name == "gkt":
-        return model(cc, cr)
-    if name == "lpkt":
-        cit = torch.cat((d["itseqs"][:, :1], d["shft_itseqs"]), 1)
-        return model(cq, cr, cit)[:, 1:]
-    if name == "hawkes":
-        ct = torch.cat((d["tseqs"][:, :1], d["shft_tseqs"]), 1)
-        return model(cc, cq, ct, cr)[:, 1:]
-    # iekt, qdkt (que_type_models): predict_one_step on the batch, concepts as [B, L-1, 1]
-    dq = dict(d, cseqs=c[..., None], shft_cseqs=cs[..., None])
-    return model.predict_one_step(dq)
-
-
-def set_mode(model, train: bool) -> None:
-    # pykt's que models (iekt, qdkt) override .train() with a training loop; their net is .model
-    net = model.model if hasattr(model, "predict_one_step") else model
-    net.train(train)
-
+from pykt_loader import INSTALL, PYKT_VERSION, find_pykt_models, load_pykt, pykt_version
 
 # -- the audit --------------------------------------------------------------------------------
 
@@ -342,14 +181,20 @@ def forward_fn(name: str, model, train: bool, seed: int | None = 0) -> Forward:
     return fwd
 
 
-def audit_model(name: str, mods: dict) -> dict:
-    """One model's row: leak (eval or train), max change, leak_via, aligned, notes."""
-    row = {"model": name, "pykt_version": pykt_version()}
+def audit_model(name: str, mods: dict, version: str | None = None) -> dict:
+    """One model's row: leak (eval or train), max change, leak_via, aligned, notes. `mods` maps
+    pykt's file names to their modules (or to the error that kept one from loading)."""
+    row = {"model": name, "pykt_version": version or pykt_version()}
+    file = {**SHIPPED, **REPO}[name]
+    if isinstance(mods.get(file), str):
+        row.update(ran=mods[file], leak=None, max_change=None, leak_via=None, aligned=None)
+        return row
     s = random_seqs(0)
     err = None
     for dtype, atol in ((torch.float64, 1e-10), (torch.float32, 1e-5)):
         try:
-            with default_dtype(dtype), contextlib.redirect_stdout(io.StringIO()):
+            quiet = contextlib.redirect_stdout(io.StringIO())
+            with default_dtype(dtype), quiet, cuda_calls_in_place(name):
                 torch.manual_seed(0)
                 model = build(name, mods).to(dtype)
                 res = {m: causality(forward_fn(name, model, m == "train"), s, atol) for m in MODES}
@@ -384,42 +229,12 @@ def audit_model(name: str, mods: dict) -> dict:
         eval_random_change=eval_random,  # two eval passes differ: the model samples at eval
         params=sum(p.numel() for p in model.parameters()),
     )
+    with default_dtype(dtype), contextlib.redirect_stdout(io.StringIO()):
+        row.update(probe(name, model, mods))
     return row
 
 
 MODES = ("eval", "train")
-# how evaluate() calls each model (cX = the whole window, X = steps 0..L-2, Xshft = 1..L-1), and
-# what the audit found in pykt 0.0.38's code (line numbers of pykt/models/<file>.py)
-NOTES: dict[str, str] = {
-    "dkt": "DKT(c, r) gathered at cshft",
-    "dkt+": "DKTPlus(c, r) gathered at cshft; the training loss also scores y gathered at c_t "
-    "against r_t (lambda_r reconstruction term), a regulariser, not a prediction",
-    "dkt_forget": "DKTForget(c, r, gaps) gathered at cshft; gaps (repeat, sequence, count) of "
-    "step s built here from steps <= s",
-    "kqn": "KQN(c, r, cshft)",
-    "dkvmn": "DKVMN(cc, cr)[:, 1:]",
-    "deep_irt": "DeepIRT(cc, cr)[:, 1:]",
-    "skvmn": "SKVMN(cc, cr)[:, 1:]; leak: the Hop-LSTM writes hx[j,:] in place (skvmn.py:469) "
-    "into the tensor already stored as hidden_state[s] (:474; cx is cloned first, hx is not), "
-    "so a hop at s+1, chosen from q_{s+1}, rewrites the state behind the prediction for r_s",
-    "sakt": "SAKT(c, r, cshft)",
-    "saint": "SAINT(cq, cc, r)[:, 1:]",
-    "akt": "AKT(cc, cr, cq)[0][:, 1:], Rasch on question ids",
-    "atkt": "ATKT(c, r) gathered at cshft; leak: softmax over the whole sequence "
-    "(atkt.py:57, nn.Softmax(dim=1)), so later LSTM outputs (r_s, c_{s+1}, ...) move the "
-    "normaliser; train mode audits the plain forward (the adversarial pass is a loss term)",
-    "atktfix": "ATKT(fix=True)(c, r) gathered at cshft: ut_mask before the softmax",
-    "gkt": "GKT(cc, cr), a random dense graph",
-    "lpkt": "LPKT(cq, cr, cit)[:, 1:], q_matrix as generate_qmatrix; draws its initial state "
-    "with xavier_uniform_ in every forward (lpkt.py:74), eval included: random eval predictions",
-    "hawkes": "HawkesKT(cc, cq, ct, cr)[:, 1:]; hawkes.py:98 calls mask.cuda() unless "
-    "self.gpu == '' (it holds the module device): fails on a CPU-only machine; gpu='' set here",
-    "iekt": "IEKT.predict_one_step (cq, cc, cr); samples cognition and acquisition levels "
-    "(Categorical) in eval too: eval predictions are random",
-    "qdkt": "QDKT.predict_one_step: QDKTNet(cq, cc, cr) gathered at qshft",
-}
-
-
 # -- the table --------------------------------------------------------------------------------
 
 
@@ -451,42 +266,56 @@ def markdown(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def load_each(names: list[str], src: str | None) -> dict:
+    """{file: module or the error that kept it from loading}, one file at a time."""
+    mods: dict = {}
+    for file in sorted({{**SHIPPED, **REPO}[n] for n in names}):
+        try:
+            if src is None:
+                mods.update(load_pykt("cpu", (file,)))
+            else:
+                mods.update(load_pykt("cpu", (file,), root=Path(src), pkg="_pykt_src_models"))
+        except SystemExit as e:  # a module the file imports is missing
+            mods[file] = str(e)
+    return mods
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--models", nargs="*", choices=list(SHIPPED), default=list(SHIPPED))
+    p.add_argument("--models", nargs="*", choices=[*SHIPPED, *REPO], default=None)
     p.add_argument("--out", default="benchmarks/results/peer_audit_cpu.json")
     p.add_argument("--markdown", action="store_true", help="print the table from --out and exit")
+    p.add_argument("--pykt-src", default=None, help="a checkout's pykt/models: audit its files")
+    p.add_argument("--src-label", default="repository", help="pykt_version for --pykt-src rows")
     a = p.parse_args()
     if a.markdown:
         print(markdown(read_rows(a.out)))
         return
-    if find_pykt_models() is None:
+    if a.pykt_src is None and find_pykt_models() is None:
         print(f"skipped: pykt-toolkit is not installed ({INSTALL})")
         return
-    if pykt_version() != PYKT_VERSION:
+    if a.pykt_src is None and pykt_version() != PYKT_VERSION:
         print(f"warning: pykt-toolkit {pykt_version()} installed, {PYKT_VERSION} expected")
+    every = list(SHIPPED) + (list(REPO) if a.pykt_src else [])
+    names = a.models or every
+    if a.pykt_src is None and set(names) & set(REPO):
+        p.error(f"{sorted(set(names) & set(REPO))} are not in the 0.0.38 wheel: use --pykt-src")
     torch.set_num_threads(1)
-    mods = load_pykt("cpu", tuple(sorted(set(SHIPPED.values()))))
+    version = a.src_label if a.pykt_src else pykt_version()
+    mods = load_each(names, a.pykt_src)
     rows = []
-    for name in a.models:
-        row = audit_model(name, mods)
+    for name in names:
+        row = audit_model(name, mods, version)
         row["notes"] = NOTES.get(name, "")
         print(json.dumps(row), flush=True)
         rows.append(row)
-    for name in (*UNWIRED, *NOT_SHIPPED) if a.models == list(SHIPPED) else ():
-        ran = "not wired in init_model" if name in UNWIRED else "not in the 0.0.38 wheel"
-        rows.append(
-            {
-                "model": name,
-                "pykt_version": pykt_version(),
-                "ran": ran,
-                "leak": None,
-                "max_change": None,
-                "leak_via": None,
-                "aligned": None,
-                "notes": "",
-            }
-        )
+    if names == every:  # the complete list: say what was not audited and why
+        skipped = {} if a.pykt_src else dict.fromkeys(UNWIRED, "not wired in init_model")
+        if a.pykt_src is None:
+            skipped.update(dict.fromkeys(REPO, "not in the 0.0.38 wheel"))
+        for name, why in skipped.items():
+            empty = dict.fromkeys(("leak", "max_change", "leak_via", "aligned"))
+            rows.append({"model": name, "pykt_version": version, "ran": why, **empty, "notes": ""})
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
 

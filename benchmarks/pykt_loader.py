@@ -72,19 +72,25 @@ def _stand_in_utils() -> dict[str, types.ModuleType]:
     return {"pykt": pkg, "pykt.utils": utils}
 
 
-def load_pykt(device: str, names: tuple[str, ...] = ("dkt", "sakt", "akt")) -> dict:
-    """pykt's `utils` and the model files `names` (pykt/models/<name>.py), executed by path."""
-    root = pykt_models_dir()
-    if PKG not in sys.modules:
-        pkg = types.ModuleType(PKG)
-        pkg.__path__ = [str(root)]
-        sys.modules[PKG] = pkg
+def load_pykt(
+    device: str,
+    names: tuple[str, ...] = ("dkt", "sakt", "akt"),
+    root: Path | None = None,
+    pkg: str = PKG,
+) -> dict:
+    """pykt's `utils` and the model files `names` (<root>/<name>.py), executed by path; `root` is
+    the installed package's pykt/models unless given (a checkout's, loaded under another `pkg`)."""
+    root = pykt_models_dir() if root is None else Path(root)
+    if pkg not in sys.modules:
+        stand = types.ModuleType(pkg)
+        stand.__path__ = [str(root)]
+        sys.modules[pkg] = stand
     stand_in = {k: v for k, v in _stand_in_utils().items() if k not in sys.modules}
     sys.modules.update(stand_in)
     mods = {}
     try:
         for name in ("utils", *names):
-            full = f"{PKG}.{name}"
+            full = f"{pkg}.{name}"
             if full not in sys.modules:
                 spec = importlib.util.spec_from_file_location(full, root / f"{name}.py")
                 mod = importlib.util.module_from_spec(spec)
@@ -102,6 +108,6 @@ def load_pykt(device: str, names: tuple[str, ...] = ("dkt", "sakt", "akt")) -> d
     # keep each file's own type (a str in some, a torch.device in others)
     for full, mod in list(sys.modules.items()):
         dev = getattr(mod, "device", None)
-        if full.startswith(PKG + ".") and isinstance(dev, (str, torch.device)):
+        if full.startswith(pkg + ".") and isinstance(dev, (str, torch.device)):
             mod.device = type(mod.device)(device)
     return mods

@@ -16,6 +16,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
 import bench_peer_audit as bpa  # noqa: E402
+from peer_models import cuda_calls_in_place  # noqa: E402
 from pykt_loader import find_pykt_models  # noqa: E402
 
 needs_pykt = pytest.mark.skipif(
@@ -148,3 +149,27 @@ def test_pykt_atkt_without_the_fix_leaks():
     assert row["leak_via"][0] == "r[s+0]"  # the response being predicted reaches its prediction
     fixed = bpa.audit_model("atktfix", mods)
     assert fixed["leak"] is False and fixed["aligned"] is True
+
+
+def test_repository_models_need_a_source(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "argv", ["x", "--models", "simplekt", "--out", str(tmp_path / "a")])
+    monkeypatch.setattr(bpa, "find_pykt_models", lambda: tmp_path)
+    with pytest.raises(SystemExit) as e:
+        bpa.main()
+    assert e.value.code == 2  # argparse's usage error, naming --pykt-src
+
+
+def test_cuda_calls_are_restored():
+    cuda = torch.Tensor.cuda
+    with cuda_calls_in_place("stablekt"):
+        if not torch.cuda.is_available():
+            x = torch.ones(2)
+            assert x.cuda() is x  # the hard-coded .cuda() of that file stays on CPU
+    with cuda_calls_in_place("dkt"):  # any other model: untouched
+        assert torch.Tensor.cuda is cuda
+    assert torch.Tensor.cuda is cuda
+
+
+def test_a_model_that_cannot_load_is_a_row_not_a_crash():
+    row = bpa.audit_model("stablekt", {"stablekt": "pykt's stablekt.py cannot be loaded: einops"})
+    assert row["ran"].endswith("einops") and row["leak"] is None
