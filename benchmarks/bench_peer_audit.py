@@ -123,6 +123,19 @@ def causality(
     return worst, worst_s, first
 
 
+def future_change(fwd: Forward, s: Seqs) -> float:
+    """The positive control: redrawing the responses at steps >= s must move the predictions
+    scored against r_{s+1}.. (else the model reads no history and the audit proves nothing)."""
+    g = torch.Generator().manual_seed(0)
+    base = fwd(s)
+    keep = s.mask[:, 1:] & s.mask[:, :-1]
+    moved = 0.0
+    for step in [st for st in audit_steps() if st < L - 1]:
+        diff = (fwd(perturb(s, step, g, ("r",))) - base).abs()[:, step:][keep[:, step:]]
+        moved = max(moved, float(diff.max()) if diff.numel() else 0.0)
+    return moved
+
+
 def leak_via(fwd: Forward, s: Seqs, atol: float) -> list[str]:
     """For each input that leaks, the nearest future step through which it does: r[s+k] (k>=0)
     or q[s+k] / t[s+k] (k>=1) changed alone moves a prediction scored against r_1..r_s."""
@@ -200,6 +213,7 @@ def audit_model(name: str, mods: dict, version: str | None = None) -> dict:
                 res = {m: causality(forward_fn(name, model, m == "train"), s, atol) for m in MODES}
                 eval_fwd = forward_fn(name, model, False)
                 aligned, min_move, unmoved = alignment(eval_fwd, s, atol)
+                control = future_change(eval_fwd, s)
                 free = forward_fn(name, model, False, seed=None)  # eval without reseeding
                 torch.manual_seed(1)
                 eval_random = float((free(s) - free(s)).abs().max())
@@ -224,6 +238,7 @@ def audit_model(name: str, mods: dict, version: str | None = None) -> dict:
         leak_modes=leaking,
         first_leak_s={m: res[m][2] for m in leaking},
         worst_s={m: res[m][1] for m in leaking},
+        future_change=control,  # > 0: past responses reach later predictions
         min_alignment_move=min_move,
         unaligned_steps=unmoved,
         eval_random_change=eval_random,  # two eval passes differ: the model samples at eval

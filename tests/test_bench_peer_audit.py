@@ -116,6 +116,7 @@ def test_the_audit_catches_a_planted_leak_and_misalignment():
         return x.r[:, :-1].double().cumsum(1)
 
     assert bpa.causality(causal, s, 1e-10)[0] == 0.0
+    assert bpa.future_change(causal, s) > 0
     change, _, first = bpa.causality(peeks, s, 1e-10)
     assert change == pytest.approx(1e-3) and first == 1
     assert bpa.leak_via(peeks, s, 1e-10) == ["r[s+0]"]
@@ -138,6 +139,7 @@ def test_pykt_dkt_has_no_leak():
     row = bpa.audit_model("dkt", mods)
     assert row["ran"] is True and row["dtype"] == "float64"
     assert row["leak"] is False and row["max_change"] == 0.0 and row["aligned"] is True
+    assert row["future_change"] > 1e-4  # earlier responses do reach later predictions
 
 
 @needs_pykt
