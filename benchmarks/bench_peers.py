@@ -22,21 +22,16 @@ backend only concerns ours). Prints one JSON line per model: ours, theirs (time 
 CPU) and `ours_over_theirs`, the time ratio (below 1: ours is faster), for the train step and
 the inference pass; all lines are also written to --out.
 
-pykt is loaded without `import pykt` (its `__init__` pulls in modules that need tkinter and
-wandb): pykt/models/{utils,dkt,sakt,akt}.py are executed by path as submodules of a stand-in
-package, and their module-level `device` (CUDA whenever available) is set to `--device`.
+pykt is loaded without `import pykt` by benchmarks/pykt_loader.py (pykt/models/{utils,dkt,
+sakt,akt}.py executed by path, their module-level `device` set to `--device`).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.metadata
-import importlib.util
 import json
 import sys
-import types
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -51,12 +46,10 @@ from bench_models import (
     setting,
     time_ours,
 )
+from pykt_loader import PYKT_VERSION, load_pykt, pykt_models_dir, pykt_version
 from timing import measure
 
-PYKT_VERSION = "0.0.38"
-INSTALL = f"pip install --no-deps pykt-toolkit=={PYKT_VERSION}"
 MODELS = ("dkt", "sakt", "akt")
-PKG = "_pykt_models"  # the stand-in package their relative imports (`from .utils`) resolve in
 
 
 def pykt_sizes(name: str, n: int) -> dict:
@@ -77,57 +70,6 @@ def pykt_sizes(name: str, n: int) -> dict:
             "l2": 1e-5,
         },
     }[name]
-
-
-def pykt_models_dir() -> Path:
-    """pykt/models of the installed pykt-toolkit, found without running pykt/__init__.py."""
-    spec = importlib.util.find_spec("pykt")  # a top-level name: found, not executed
-    if spec is not None and spec.origin:
-        root = Path(spec.origin).parent
-    else:
-        try:
-            root = Path(str(importlib.metadata.distribution("pykt-toolkit").locate_file("pykt")))
-        except importlib.metadata.PackageNotFoundError:
-            root = None
-    if root is None or not (root / "models" / "akt.py").is_file():
-        raise SystemExit(
-            f"bench_peers needs pykt-toolkit {PYKT_VERSION}, which is not installed: {INSTALL} "
-            "(into this interpreter's environment; it stays out of the project's dependencies)"
-        )
-    return root / "models"
-
-
-def pykt_version() -> str | None:
-    try:
-        return importlib.metadata.version("pykt-toolkit")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def load_pykt(device: str) -> dict[str, types.ModuleType]:
-    """pykt's utils, dkt, sakt and akt modules, executed by file path."""
-    root = pykt_models_dir()
-    if PKG not in sys.modules:
-        pkg = types.ModuleType(PKG)
-        pkg.__path__ = [str(root)]
-        sys.modules[PKG] = pkg
-    mods = {}
-    for name in ("utils", *MODELS):
-        full = f"{PKG}.{name}"
-        if full not in sys.modules:
-            spec = importlib.util.spec_from_file_location(full, root / f"{name}.py")
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[full] = mod
-            try:
-                spec.loader.exec_module(mod)
-            except ImportError as e:  # installed with --no-deps: a module pykt needs is missing
-                del sys.modules[full]
-                raise SystemExit(f"pykt's {name}.py cannot be loaded: {e}") from e
-        mods[name] = sys.modules[full]
-    # they choose the device at import time (CUDA whenever one exists) for masks and positions
-    mods["utils"].device = str(device)
-    mods["akt"].device = torch.device(device)
-    return mods
 
 
 def build_theirs(name: str, mods: dict, device: str, n: int):
@@ -197,7 +139,7 @@ def bench_pair(
     b: int = B,
     n: int = L,
 ) -> dict:
-    mods = load_pykt(device)
+    mods = load_pykt(device, MODELS)
     with on_device(device, precision, backend) as prec:
         ours, batch, m_ours = time_ours(name, repeats, device, None, b, n)
         theirs = build_theirs(name, mods, device, n)
