@@ -754,3 +754,21 @@ def test_adjacent_accuracy_is_named_apart_from_exact_accuracy_and_the_old_name_s
     model = build_model("attention_gpcm", dataset=train, preset="tiny")
     res = fit(model, train, valid, TrainConfig(epochs=1, metric="ordinal_acc", progress=False))
     assert res.best_metric == res.history["valid_adjacent_acc"].iloc[0]
+
+
+@pytest.mark.parametrize("name", sorted(MECHANISMS))
+def test_a_seed_convention_mask_is_honoured_or_refused(name, config):
+    """Seed 002's AttentionContext.mask is a padding mask (True = padded). Passed as
+    `padding_mask` it is honoured (the same output as our mask); passed as `mask` on an
+    unpadded batch (all False) it would mask every real step, and is refused, naming both."""
+    ours = make_context(ragged=True)
+    padding = ~ours.mask
+    mechanism = make_mechanism(name, config)
+    seedwise = AttentionContext(ours.embeddings, ours.responses, padding_mask=padding)
+    with torch.no_grad():
+        torch.testing.assert_close(mechanism(seedwise), mechanism(ours))
+    unpadded = torch.zeros(B, L, dtype=torch.bool)  # the seed's mask of a batch with no padding
+    with pytest.raises(ValueError, match=r"no real step in row 0.*padding_mask="):
+        mechanism(AttentionContext(ours.embeddings, ours.responses, mask=unpadded))
+    with pytest.raises(ValueError, match="not both"):
+        AttentionContext(ours.embeddings, ours.responses, mask=ours.mask, padding_mask=padding)

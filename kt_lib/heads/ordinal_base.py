@@ -53,13 +53,25 @@ class AttentionConfig:
 
 @dataclass
 class AttentionContext:
-    """What a mechanism reads (seed 002's context; `mask` is True on valid steps)."""
+    """What a mechanism reads (seed 002's context). Two mask conventions, never mixed up:
+    `mask` is True on real steps (kt_lib's), `padding_mask` True on padded steps (the seed's
+    `AttentionContext.mask`, PyTorch's key_padding_mask); give one. A `mask` that leaves some
+    row no real step is refused: it is almost surely a padding mask passed as `mask`."""
 
     embeddings: torch.Tensor  # [B, L, D] per-step state known before the response: q, position
     responses: torch.Tensor  # [B, L] long in [0, K); r_t is read by steps > t only
     mask: torch.Tensor | None = None  # [B, L] bool, True = real step (None: all real)
     # seed 002's context metadata; models fill questions [B, L], batch_size and seq_len
     metadata: dict[str, Any] = field(default_factory=dict)
+    padding_mask: torch.Tensor | None = None  # [B, L] bool, True = padded (the seed's convention)
+
+    def __post_init__(self) -> None:
+        if self.padding_mask is not None:
+            if self.mask is not None:
+                raise ValueError(
+                    "give mask (True = real step) or padding_mask (True = padded), not both"
+                )
+            self.mask, self.padding_mask = ~self.padding_mask.to(torch.bool), None
 
     def check(self, n_cats: int) -> None:
         """Shape, dtype and range errors that name the offending tensor."""
@@ -75,6 +87,13 @@ class AttentionContext:
         if self.mask is not None and tuple(self.mask.shape) != tuple(r.shape):
             raise ValueError(
                 f"mask must be [B, L] = {tuple(r.shape)}, got {tuple(self.mask.shape)}"
+            )
+        if self.mask is not None and r.numel() and not bool(self.mask.any(-1).all()):
+            row = int((~self.mask.any(-1)).nonzero()[0, 0])
+            raise ValueError(
+                f"mask has no real step in row {row}: AttentionContext.mask is True on REAL "
+                "steps (kt_lib's convention); a padding mask (True = padded, the seed 002 "
+                "convention, PyTorch's key_padding_mask) goes in padding_mask="
             )
         if r.numel() and (int(r.min()) < 0 or int(r.max()) >= n_cats):
             raise ValueError(
