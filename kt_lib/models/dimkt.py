@@ -134,22 +134,25 @@ class DIMKT(KTModel):
         w_h = torch.cat([w2, w3, w6h]).T  # [D, 3D]: the three maps that read h
         w_s = torch.cat([w4s, w5s]).T  # [D, 2D]: the two that read s
         B, L = batch.q.shape
-        h = self.k0.expand(B, d)
+        # per-step slices as one unbind: indexing [:, t] would give each step's backward a
+        # zero-filled [B, L, .] gradient; unbind's backward stacks them once
+        pre_h = torch.cat([pre_sdf, pre_ksu], -1).unbind(1)  # L x [B, 3D]
+        pre_s = pre_pka.unbind(1)  # L x [B, 2D]
         # the SDF dropout's draws for every step at once (one draw, as a [B, L, D] dropout)
         keep = None
         if self.training and self.drop.p > 0:
-            keep = self.drop(torch.ones(B, L, d, dtype=x.dtype, device=x.device))
+            keep = self.drop(torch.ones(B, L, d, dtype=x.dtype, device=x.device)).unbind(1)
+        h = self.k0.expand(B, d)
         states = []
         for t in range(L):  # the recurrence: h_{t-1} -> h_t
             states.append(h)
-            hs = h @ w_h  # [B, 3D]
-            z = hs[:, : 2 * d] + pre_sdf[:, t]
-            s = torch.sigmoid(z[:, :d]) * torch.tanh(z[:, d:])  # SDF [B, D]
+            zg, zc, zk = torch.addmm(pre_h[t], h, w_h).chunk(3, -1)  # 3 x [B, D]
+            s = torch.sigmoid(zg) * torch.tanh(zc)  # SDF [B, D]
             if keep is not None:
-                s = s * keep[:, t]
-            z = s @ w_s + pre_pka[:, t]
-            p = torch.sigmoid(z[:, :d]) * torch.tanh(z[:, d:])  # PKA [B, D]
-            g = torch.sigmoid(hs[:, 2 * d :] + pre_ksu[:, t])  # KSU gate [B, D]
+                s = s * keep[t]
+            zg, zc = torch.addmm(pre_s[t], s, w_s).chunk(2, -1)
+            p = torch.sigmoid(zg) * torch.tanh(zc)  # PKA [B, D]
+            g = torch.sigmoid(zk)  # KSU gate [B, D]
             h = p + g * (h - p)  # = g * h + (1 - g) * p
         prev = torch.stack(states, 1)  # [B, L, D]: h_{t-1}
         logits = (x * prev).sum(-1)  # [B, L]
