@@ -10,9 +10,13 @@ Knowledge State by Exploring the Question Difficulty Effect".
 qd / cd: difficulty levels of problems / skills, floor(correct rate * N) from the training
 students (`prepare`); an item answered fewer than `min_count` times gets the level `N` (rare).
 Step t reads x at t and (x, r) at steps < t through h_{t-1}, never r_t.
-Deviations from pyKT's `dimkt` (the authors' code, adapted):
-- tables from the training students only (pyKT: train + validation folds, a leak into model
-  selection); levels 0..N-1 plus a rare level N (pyKT puts rare items in the hardest level 1).
+Deviations from the authors' code (shshen-closer/DIMKT, TensorFlow) and pyKT's `dimkt`:
+- tables from the training students only (authors: every student, test included; pyKT: the
+  train + validation folds, a leak into model selection).
+- rare items get their own level N (authors drop them from the sequences; pyKT puts them in
+  level 1, the hardest bucket).
+- one W1 maps x_t as input and as target (pyKT; the authors' code has a second projection).
+- gate biases are plain biases (authors add b to the weight matrix: q (W + b) = qW + sum(q) b).
 - aligned: pyKT scores h_j against the question at j+1; here logit_t = x_t . h_{t-1}.
 - the loop precomputes every input term; each step does two matmuls (same math, tested).
 """
@@ -43,8 +47,8 @@ class DIMKTConfig(BaseConfig):
     BINARY = True
     PRESETS = {
         "tiny": {"d": 16, "difficult_levels": 10, "min_count": 3},
-        # pyKT kt_config.json (dropout 0.2) and examples/wandb_dimkt_train.py (emb_size 128,
-        # difficult_levels 100); the paper's 30-answer rare rule is pyKT's hard-coded 30
+        # authors' train.py: hidden_size 128, dropout 0.2, 100 levels, rare below 30 answers;
+        # pyKT the same (kt_config.json dropout 0.2, wandb_dimkt_train.py emb_size 128)
         "paper": {"d": 128, "dropout": 0.2, "difficult_levels": 100, "min_count": 30},
     }
 
