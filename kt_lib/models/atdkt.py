@@ -28,7 +28,7 @@ from torch import nn
 
 from ..config import require
 from ..data.dataset import Batch, interaction_token
-from ..nn import Dropout, TransformerLayer, causal_mask, mlp_head
+from ..nn import LSTM, Dropout, TransformerLayer, causal_mask, mlp_head
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 
@@ -70,15 +70,6 @@ def history_accuracy(r: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor,
     return right / seen.clamp(min=1), seen > 0
 
 
-def _run_lstm(lstm: nn.LSTM, x: torch.Tensor) -> torch.Tensor:
-    """The LSTM's outputs; under CPU autocast in float32 (oneDNN has no bfloat16 LSTM on CPUs
-    without bfloat16 instructions: DKT fails the bf16 test there)."""
-    if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-        with torch.autocast("cpu", enabled=False):
-            return lstm(x.float())[0]
-    return lstm(x)[0]
-
-
 @register("atdkt")
 class ATDKT(KTModel):
     """DKT with question tagging and individual prior-knowledge auxiliary tasks."""
@@ -96,7 +87,7 @@ class ATDKT(KTModel):
             TransformerLayer(c.d, c.n_heads, c.d_ff, c.qt_dropout) for _ in range(c.n_layers)
         )
         self.enc_norm = nn.LayerNorm(c.d)
-        self.lstm = nn.LSTM(c.d, c.d, batch_first=True)
+        self.lstm = LSTM(c.d, c.d, batch_first=True)
         self.drop = Dropout(c.dropout)
         self.out = mlp_head(c.d, (c.d // 2,), c.dropout, d_out=c.num_c)
         self.qt_head = mlp_head(c.d, (c.d // 2,), c.dropout, d_out=c.num_c)
@@ -115,7 +106,7 @@ class ATDKT(KTModel):
         u = self.enc_norm(u)  # [B, L, D]
         z = self.inter_emb(interaction_token(q, r, c.num_c)) + u + self.c_emb(q)  # [B, L, D]
         z = torch.cat([torch.zeros_like(z[:, :1]), z[:, :-1]], dim=1)  # shift: step t sees < t
-        h = _run_lstm(self.lstm, z)  # [B, L, D]
+        h = self.lstm(z)[0]  # [B, L, D]
         y = self.out(self.drop(h))  # [B, L, C]
         logits = y.gather(-1, q.unsqueeze(-1)).squeeze(-1)  # [B, L]
         losses = {}

@@ -102,6 +102,7 @@ class KTModel(nn.Module):
     # capability tags, read by build_model and by the parametrized model tests
     ordinal: ClassVar[bool] = False  # True: logits are [B, L, K]
     needs: ClassVar[frozenset[str]] = frozenset()  # data fields it cannot run without: "pid"
+    attends: ClassVar[bool] = True  # False: no attention weights to show (return_attention -> {})
 
     @classmethod
     def check_data(cls, num_pid: int, source: str = "the data") -> None:

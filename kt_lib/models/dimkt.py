@@ -80,6 +80,7 @@ class DIMKT(KTModel):
     """Question-difficulty gated recurrence (SDF, PKA, KSU) with difficulty tables from train."""
 
     config_cls = DIMKTConfig
+    attends = False  # a recurrence, no attention weights
     needs = frozenset({"pid"})
 
     def __init__(self, config: DIMKTConfig):

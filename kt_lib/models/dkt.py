@@ -37,6 +37,7 @@ class DKT(KTModel):
     """LSTM knowledge tracing with a per-concept output layer."""
 
     config_cls = DKTConfig
+    attends = False  # a recurrence, no attention weights
 
     def __init__(self, config: DKTConfig):
         super().__init__(config)

@@ -21,7 +21,7 @@ from torch import nn
 
 from ..config import require
 from ..data.dataset import Batch, interaction_token
-from ..nn import Dropout
+from ..nn import LSTM, Dropout
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 
@@ -45,27 +45,19 @@ class QDKTConfig(BaseConfig):
         require(self.d > 0, f"d must be > 0, got {self.d}")
 
 
-def _run_lstm(lstm: nn.LSTM, x: torch.Tensor) -> torch.Tensor:
-    """The LSTM's outputs; under CPU autocast in float32 (oneDNN has no bfloat16 LSTM on CPUs
-    without bfloat16 instructions: DKT fails the bf16 test there)."""
-    if x.device.type == "cpu" and torch.is_autocast_enabled("cpu"):
-        with torch.autocast("cpu", enabled=False):
-            return lstm(x.float())[0]
-    return lstm(x)[0]
-
-
 @register("qdkt")
 class QDKT(KTModel):
     """LSTM over (problem, response) interactions with a per-problem output layer."""
 
     config_cls = QDKTConfig
+    attends = False  # a recurrence, no attention weights
     needs = frozenset({"pid"})
 
     def __init__(self, config: QDKTConfig):
         super().__init__(config)
         c = config
         self.emb = nn.Embedding(c.num_pid * c.K, c.d)
-        self.lstm = nn.LSTM(c.d, c.d, batch_first=True)
+        self.lstm = LSTM(c.d, c.d, batch_first=True)
         self.drop = Dropout(c.dropout)
         self.out = nn.Linear(c.d, c.num_pid)
 
@@ -73,7 +65,7 @@ class QDKT(KTModel):
         pid = batch.pid
         x = self.emb(interaction_token(pid, batch.r, self.config.num_pid))  # [B, L, D]
         x = torch.cat([torch.zeros_like(x[:, :1]), x[:, :-1]], dim=1)  # shift: step t sees < t
-        h = _run_lstm(self.lstm, x)  # [B, L, D]
+        h = self.lstm(x)[0]  # [B, L, D]
         # y_t[pid_t] without the [B, L, P] output: only the asked problem's row of W is read
         w, b = self.out.weight[pid], self.out.bias[pid]  # [B, L, D], [B, L]
         logits = (self.drop(h) * w).sum(-1) + b  # [B, L]
