@@ -99,3 +99,58 @@ def slot(r, v, gamma, mask):
     w = masked_softmax(scores * decay_factor(dist, gamma), mask)
     w = w / w.amax(-1, keepdim=True).clamp(min=MAXOUT_FLOOR)  # max-out
     return w @ v, w
+
+
+# ---- k-sparse attention (sparseKT, Huang et al. 2023) ------------------------------------------
+# With a_ij the masked softmax of the scores over the keys query i may read:
+#   top-k:  keep the k readable keys of largest a_ij (every readable key when there are <= k);
+#   soft:   sort the readable keys by a_ij, largest first; keep the shortest prefix whose sum
+#           reaches `ratio` (the keys before the one that crosses it, and that one);
+#   w_ij  = a_ij / sum_{kept j'} a_ij' on kept keys, 0 elsewhere (= softmax of s_ij over kept).
+# Ties: a stable sort, so of equal weights the earlier key ranks first. Unreadable keys rank
+# after every readable one and add 0 to the sums: the selection reads readable keys only. The
+# selection is a mask (no gradient); gradients flow through the kept weights.
+
+
+def sparse_rank(a: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Rank [..., L, S] of each key in its row by weight, largest first (0 = largest); readable
+    keys rank before unreadable ones, equal weights by key index."""
+    with torch.no_grad():
+        keyed = a.masked_fill(~mask, -1.0)  # weights are >= 0: unreadable keys sort last
+        order = keyed.sort(dim=-1, descending=True, stable=True).indices
+        pos = torch.arange(a.shape[-1], device=a.device).expand_as(order)
+        return torch.empty_like(order).scatter_(-1, order, pos)
+
+
+def topk_keep(a: torch.Tensor, mask: torch.Tensor, k: int) -> torch.Tensor:
+    """Bool [..., L, S]: the k readable keys of largest weight in each row."""
+    return mask & (sparse_rank(a, mask) < k)
+
+
+def threshold_keep(a: torch.Tensor, mask: torch.Tensor, ratio: float) -> torch.Tensor:
+    """Bool [..., L, S]: the shortest prefix of the readable keys, by weight, whose sum >= ratio."""
+    with torch.no_grad():
+        rank = sparse_rank(a, mask)
+        ranked = torch.zeros_like(a).scatter_(-1, rank, a.masked_fill(~mask, 0.0))  # sorted a
+        before = ranked.cumsum(-1) - ranked  # weight ranked ahead of each position
+        return mask & (before < ratio).gather(-1, rank)
+
+
+def sparse_attention(
+    q, k, v, mask, selection: str, k_top: int, ratio: float, dropout: float = 0.0, keep=None
+):
+    """k-sparse attention -> (out [B, H, L, Dh], weights [B, H, L, S] before dropout).
+
+    `selection` is "topk" (keep `k_top` keys) or "soft" (keep weight `ratio`); `mask` bool,
+    broadcastable to [B, H, L, S] (None: every key)."""
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    mask = torch.ones_like(scores, dtype=torch.bool) if mask is None else mask.expand_as(scores)
+    a = masked_softmax(scores, mask)
+    if selection == "topk":
+        kept = topk_keep(a, mask, k_top)
+    elif selection == "soft":
+        kept = threshold_keep(a, mask, ratio)
+    else:
+        raise ValueError(f"selection must be 'topk' or 'soft', got {selection!r}")
+    w = masked_softmax(scores, kept)
+    return dropped(w, dropout, keep) @ v, w
