@@ -1,4 +1,4 @@
-"""sparseKT (Huang, Liu, Zhai, Tian, Qin & Luo, SIGIR 2023): simpleKT with k-sparse attention.
+"""sparseKT (Huang, Liu, Zhao, Luo & Weng, SIGIR 2023): simpleKT with k-sparse attention.
 
 # B batch, L steps, D model dim, H heads, S key steps
 simpleKT (kt_lib.models.simplekt) with every block's attention weights made sparse:

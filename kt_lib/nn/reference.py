@@ -154,3 +154,43 @@ def sparse_attention(
         raise ValueError(f"selection must be 'topk' or 'soft', got {selection!r}")
     w = masked_softmax(scores, kept)
     return dropped(w, dropout, keep) @ v, w
+
+
+# ---- forgetting-aware linear bias (FoLiBiKT, Im et al. 2023) -----------------------------------
+# AKT's monotonic attention on scores with ALiBi's linear bias (Press et al. 2022) added first:
+#   s_ij = q_i . k_j / sqrt(Dh) - m_h * |i - j|
+#   m_h  = 2^(-8 (h + 1) / H) for H a power of two (0.5, 0.25, ... for 8 heads); otherwise the
+#          slopes of the power of two below H, then every other slope of twice that power
+# then dist_ij, decay_ij and w_ij as in `monotonic`, all on the biased s_ij. The bias reads only
+# the step distance, so what query i may read is the mask's business alone.
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """ALiBi's per-head slopes m_h [H] (a geometric sequence; the FoLiBi bias is -m_h |i - j|)."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (h + 1) for h in range(n)]
+
+    p = 1 << (n_heads.bit_length() - 1)  # the largest power of two <= H
+    slopes = power_of_two(p)
+    if p < n_heads:
+        slopes += power_of_two(2 * p)[0::2][: n_heads - p]
+    return torch.tensor(slopes)
+
+
+def linear_bias(slopes: torch.Tensor, L: int, S: int) -> torch.Tensor:
+    """-m_h |i - j| [H, L, S] for query steps i < L and key steps j < S."""
+    i = torch.arange(L, device=slopes.device).unsqueeze(1)
+    j = torch.arange(S, device=slopes.device).unsqueeze(0)
+    return -slopes.view(-1, 1, 1) * (i - j).abs().to(slopes.dtype)
+
+
+def folibi(q, k, v, gamma, slopes, mask, dropout: float = 0.0, keep=None):
+    """FoLiBi attention -> (out [B, H, L, Dh], decayed weights, undecayed weights) [B, H, L, S];
+    the undecayed weights are the masked softmax of the biased scores."""
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    scores = scores + linear_bias(slopes.to(scores.dtype), *scores.shape[-2:])
+    dist, undecayed = context_distance(scores, mask)
+    w = masked_softmax(scores * decay_factor(dist, gamma), mask)
+    return dropped(w, dropout, keep) @ v, w, undecayed
