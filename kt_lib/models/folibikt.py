@@ -9,6 +9,7 @@ every attention layer's scores biased by the step distance before AKT's decay:
 (the math is kt_lib.nn.reference's FoLiBi section). What step t reads is AKT's: the bias
 depends on i - j only, the masks are AKT's.
 Deviations from pyKT's folibikt.py (the authors' code), besides AKT's:
+- on the cpu/cuda backends it runs AKT's fused kernel with the bias added to its score bias;
 - the bias is computed for the window's length (pyKT precomputes 1000 x 1000 on CUDA, so its
   model fails on CPU and for windows over 1000 steps);
 - the Rasch penalty is AKT's here (weight x mean of mu^2 over valid steps; pyKT sums mu^2 over
@@ -21,8 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..nn import reference
+from ..nn import cpu, reference
 from ..nn.attention import MonotonicWeights
+from ..nn.backend import choose
 from ..nn.monotonic import ExtraHeads, MonotonicAttention
 from ..nn.shapes import merge_heads
 from .akt import AKT, AKTConfig
@@ -39,6 +41,39 @@ class FoLiBiKTConfig(AKTConfig):
         # entry); its model passes final_fc_dim=512 and a second hidden layer of 256
         "paper": {"d": 64, "n_heads": 8, "n_blocks": 4, "d_ff": 64, "dropout": 0.3},
     }
+
+
+def folibi_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    gamma: torch.Tensor,
+    slopes: torch.Tensor,
+    mask: torch.Tensor,
+    dropout: float = 0.0,
+    need_weights: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """FoLiBi attention on heads q [B, H, L, Dh], k/v [B, H, S, Dh] -> (out, decayed weights,
+    undecayed weights; the weights None unless asked), mask bool broadcastable to [B, H, L, S].
+
+    `reference` computes kt_lib.nn.reference.folibi as written. The `cpu` and `cuda` backends run
+    AKT's fused kernel, which adds an additive bias to the raw scores before the distance, the
+    decay and both softmaxes: given the mask's bias plus the linear bias, it is the same math.
+    """
+    while mask.dim() < 4:
+        mask = mask.unsqueeze(0)
+    backend = choose(q)
+    if backend == "reference":
+        out, w, u = reference.folibi(q, k, v, gamma, slopes, mask, dropout)
+        return out, (w if need_weights else None), (u if need_weights else None)
+    L, S = q.shape[-2], k.shape[-2]
+    bias = cpu._masked_bias(mask, q.dtype) + reference.linear_bias(slopes.to(q.dtype), L, S)
+    i = torch.arange(L, device=q.device, dtype=q.dtype).unsqueeze(1)
+    j = torch.arange(S, device=q.device, dtype=q.dtype).unsqueeze(0)
+    has_key = mask.any(-1, keepdim=True).to(q.dtype)  # [B|1, 1, L, 1]
+    theta = reference.decay_rate(gamma)
+    args = (bias, (i - j).abs(), has_key, float(dropout), need_weights, backend == "cuda")
+    return cpu._MonotonicCore.apply(q, k, v, theta, *args)
 
 
 class FoLiBiAttention(MonotonicAttention):
@@ -69,7 +104,8 @@ class FoLiBiAttention(MonotonicAttention):
         if dtype in (torch.float16, torch.bfloat16):  # distance, decay and softmax in float32
             q, k, v = q.float(), k.float(), v.float()
         p = self.dropout if self.training else 0.0
-        out, w, u = reference.folibi(q, k, v, self.gamma, self.slopes, mask.to(torch.bool), p)
+        mask = mask.to(torch.bool)
+        out, w, u = folibi_attention(q, k, v, self.gamma, self.slopes, mask, p, need_weights)
         weights = MonotonicWeights(w.detach(), u.detach()) if need_weights else None
         return self.out_proj(merge_heads(out.to(dtype))), weights
 
