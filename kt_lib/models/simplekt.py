@@ -31,6 +31,10 @@ from ..nn.blocks import TransformerLayer, mlp_head
 from ..nn.shapes import merge_heads, split_heads
 from .base import BaseConfig, KTModel, ModelOutput, register
 
+# the paper tunes per dataset and names no sizes, and pyKT's configs/kt_config.json has no
+# simplekt entry: these are pyKT's examples/wandb_simplekt_train.py defaults
+PAPER_SIZES = {"d": 256, "n_heads": 4, "n_blocks": 2, "d_ff": 256, "dropout": 0.1}
+
 
 @dataclass
 class SimpleKTConfig(BaseConfig):
@@ -55,18 +59,8 @@ class SimpleKTConfig(BaseConfig):
             "final_fc_dim": 32,
             "final_fc_dim2": 16,
         },
-        # the paper tunes per dataset and names no sizes; pyKT's configs/kt_config.json has no
-        # simplekt entry: these are pyKT's examples/wandb_simplekt_train.py defaults
-        "paper": {"d": 256, "n_heads": 4, "n_blocks": 2, "d_ff": 256, "dropout": 0.1},
-        # the same sizes with pyKT's default embedding (emb_type "qid": vector difficulty)
-        "pykt": {
-            "d": 256,
-            "n_heads": 4,
-            "n_blocks": 2,
-            "d_ff": 256,
-            "dropout": 0.1,
-            "vector_difficulty": True,
-        },
+        "paper": PAPER_SIZES,
+        "pykt": {**PAPER_SIZES, "vector_difficulty": True},  # pyKT's default emb_type "qid"
     }
 
     def validate(self) -> None:

@@ -25,9 +25,7 @@ from torch import nn
 from ..config import require
 from ..nn.sparse import SELECTIONS, sparse_attend
 from .base import register
-from .simplekt import SharedQKAttention, SimpleKT, SimpleKTConfig
-
-_PAPER = SimpleKTConfig.PRESETS["paper"]
+from .simplekt import PAPER_SIZES, SharedQKAttention, SimpleKT, SimpleKTConfig
 
 
 @dataclass
@@ -42,9 +40,9 @@ class SparseKTConfig(SimpleKTConfig):
         "tiny": {**SimpleKTConfig.PRESETS["tiny"], "k": 2},
         # simpleKT's paper preset (pyKT's training-script sizes) with pyKT's sparsekt script
         # defaults: k_index=5, sparse_ratio=0.8 (kt_config.json has no sparsekt entry)
-        "paper": {**_PAPER, "selection": "topk", "k": 5},
-        "soft": {**_PAPER, "selection": "soft", "ratio": 0.8},
-        "pykt": {**_PAPER, "selection": "topk", "k": 5, "vector_difficulty": True},
+        "paper": {**PAPER_SIZES, "selection": "topk", "k": 5},
+        "soft": {**PAPER_SIZES, "selection": "soft", "ratio": 0.8},
+        "pykt": {**PAPER_SIZES, "selection": "topk", "k": 5, "vector_difficulty": True},
     }
 
     def validate(self) -> None:
