@@ -7,9 +7,9 @@ every attention layer's scores biased by the step distance before AKT's decay:
     dist_ij = sqrt(|i - j| * sum_{j' > j} softmax(s)_ij')     (no gradient)
     w_ij  = softmax_j(s_ij * clamp(exp(-softplus(gamma_h) dist_ij), 1e-5, 1e5))
 (the math is kt_lib.nn.reference's FoLiBi section). What step t reads is AKT's: the bias
-depends on i - j only, the masks are AKT's.
-Deviations from pyKT's folibikt.py (the authors' code), besides AKT's:
-- on the cpu/cuda backends it runs AKT's fused kernel with the bias added to its score bias;
+depends on i - j only, the masks are AKT's. The cpu/cuda backends run AKT's fused kernel with
+the linear bias added to the additive bias it puts on the scores (`folibi_attention`).
+Deviations from pyKT's folibikt.py, besides AKT's:
 - the bias is computed for the window's length (pyKT precomputes 1000 x 1000 on CUDA, so its
   model fails on CPU and for windows over 1000 steps);
 - the Rasch penalty is AKT's here (weight x mean of mu^2 over valid steps; pyKT sums mu^2 over
