@@ -49,6 +49,19 @@ def test_read_write_matches_a_plain_loop_outputs_and_gradients():
     assert torch.allclose(fast[:, 0], w[:, 0] @ mem.init_value, atol=1e-12)
 
 
+def test_read_write_gradcheck():
+    torch.manual_seed(6)
+    mem = KeyValueMemory(3, 2, 4).double()
+    w = torch.softmax(torch.randn(2, 5, 3, dtype=torch.float64), -1).requires_grad_()
+    e = torch.rand(2, 5, 4, dtype=torch.float64, requires_grad=True)
+    a = torch.rand(2, 5, 4, dtype=torch.float64, requires_grad=True) * 2 - 1
+    mask = torch.tensor([[True] * 5, [True, True, False, True, False]])
+    assert torch.autograd.gradcheck(
+        lambda w, e, a, m0: mem.read_write(w, e, a, mask) + 0 * m0.sum(),
+        (w, e, a, mem.init_value),
+    )
+
+
 def test_weights_are_a_softmax_over_slots_and_signals_are_bounded():
     torch.manual_seed(1)
     mem = KeyValueMemory(5, 3, 4)

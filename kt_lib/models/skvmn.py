@@ -159,13 +159,14 @@ class HopLSTM(nn.Module):
         cell, H = self.cell, self.cell.hidden_size
         gx = F.linear(x, cell.weight_ih, cell.bias_ih + cell.bias_hh)  # [B, L, 4H], all steps
         rows = (source + 1).T.contiguous()  # [L, B] bank rows read at each step
+        gx_t = gx.unbind(1)  # per-step views (one gradient stack in the backward)
         h0, c0 = self.h0.expand(B, H), self.c0.expand(B, H)
         bank = _StateBank(L, h0)
         token = _Store.apply(h0, c0, h0.new_zeros(()), bank, 0)
         hs = []
         for t in range(L):
             h_prev, c_prev = _Load.apply(token, bank, rows[t]).split(H, dim=-1)  # [B, H] each
-            gates = torch.addmm(gx[:, t], h_prev, cell.weight_hh.T)  # [B, 4H]
+            gates = torch.addmm(gx_t[t], h_prev, cell.weight_hh.T)  # [B, 4H]
             i, f, g, o = gates.chunk(4, dim=-1)  # nn.LSTMCell's gate order
             c = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(c)
@@ -210,14 +211,16 @@ class SKVMN(DKVMN):
         v_f, v_y = self.write_in.weight.split([c.d_summary, c.d_value], dim=1)
         v_inter = F.linear(y, v_y, self.write_in.bias)  # [B, L, Dv]
         ww = w * batch.mask.unsqueeze(-1).to(w.dtype)  # padding writes nothing
+        # per-step views by unbind (one gradient stack in the backward, not one per step)
+        w_t, ww_t, fk_t, vi_t = w.unbind(1), ww.unbind(1), f_key.unbind(1), v_inter.unbind(1)
         mv = mem.initial(B)
         fs = []
         for t in range(L):
-            f = torch.tanh(torch.addmm(f_key[:, t], mem.read(mv, w[:, t]), w_read.T))  # [B, Df]
+            f = torch.tanh(torch.addmm(fk_t[t], mem.read(mv, w_t[t]), w_read.T))  # [B, Df]
             fs.append(f)
             if t + 1 < L:
-                e, a = mem.signals(torch.addmm(v_inter[:, t], f, v_f.T))  # [B, Dv] each
-                mv = mem.write(mv, ww[:, t], e, a)
+                e, a = mem.signals(torch.addmm(vi_t[t], f, v_f.T))  # [B, Dv] each
+                mv = mem.write(mv, ww_t[t], e, a)
         f = torch.stack(fs, dim=1)  # [B, L, Df]
         with torch.no_grad():
             source = hop_sources(identity_vectors(w, c), batch.mask)  # [B, L]

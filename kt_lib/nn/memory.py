@@ -8,6 +8,9 @@
 M^v_0 is a learned [M, Dv] matrix, the same for every student. The recurrence over steps is
 inherent (each write reads the memory the previous one left); everything that does not depend on
 the memory (w, e, a for all steps) is computed before the loop. Padded steps write nothing.
+`read_write` runs the whole recurrence as one autograd node (states in one preallocated tensor,
+a hand-written backward); `read`/`write` are the single steps, for models whose write input
+depends on the read (SKVMN).
 """
 
 from __future__ import annotations
@@ -60,15 +63,59 @@ class KeyValueMemory(nn.Module):
 
         w [B, L, M], e and a [B, L, Dv], mask [B, L] (False: padding, writes nothing) ->
         r [B, L, Dv]. r_0 reads M^v_0; r_t reads the memory after the writes of steps < t.
+        Runs in the memory's dtype (float32 under bf16 autocast: the recurrence accumulates).
         """
-        B, L, _ = w.shape
+        dt = self.init_value.dtype
         ww = w if mask is None else w * mask.unsqueeze(-1).to(w.dtype)  # padding writes nothing
-        mv = self.initial(B)
-        # a list stacked once: writing into a preallocated tensor under autograd would copy the
-        # whole buffer's gradient at every step of the backward
-        reads = []
-        for t in range(L):
-            reads.append(self.read(mv, w[:, t]))
-            if t + 1 < L:
-                mv = self.write(mv, ww[:, t], e[:, t], a[:, t])
-        return torch.stack(reads, dim=1)  # [B, L, Dv]
+        mv0 = self.initial(w.shape[0])
+        return _ReadWrite.apply(mv0, w.to(dt), ww.to(dt), e.to(dt), a.to(dt))
+
+
+class _ReadWrite(torch.autograd.Function):
+    """The whole recurrence as one autograd node: the states M^v_t go to one preallocated
+    [L, B, M, Dv] tensor, the reads are one batched product after the loop, and the backward
+    walks the steps in reverse (autograd over the loop would keep two [B, M, Dv] tensors and a
+    dozen nodes per step). Tested against a per-student loop, outputs and gradients."""
+
+    @staticmethod
+    def forward(ctx, mv0, w, ww, e, a):
+        with torch.autocast(w.device.type, enabled=False):
+            B, L, M = w.shape
+            mv = mv0.new_empty(L, B, M, e.shape[-1])  # M^v_t, t = 0 .. L-1
+            mv[0] = mv0
+            for t in range(L - 1):
+                wt = ww[:, t].unsqueeze(-1)  # [B, M, 1]
+                keep = torch.mul(wt, e[:, t].unsqueeze(1)).neg_().add_(1)  # 1 - w e^T
+                torch.mul(mv[t], keep, out=mv[t + 1])
+                mv[t + 1].addcmul_(wt, a[:, t].unsqueeze(1))  # + w a^T
+            flat = mv.view(L * B, M, -1)  # one bmm over (step, student); einsum would permute mv
+            reads = torch.bmm(w.transpose(0, 1).reshape(L * B, 1, M), flat)  # r_t = w_t M^v_t
+            reads = reads.view(L, B, -1).transpose(0, 1)  # [B, L, Dv]
+        ctx.save_for_backward(w, ww, e, a, mv)
+        return reads
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        w, ww, e, a, mv = ctx.saved_tensors
+        with torch.autocast(w.device.type, enabled=False):
+            g = g.to(mv.dtype)
+            L, B, M, Dv = mv.shape
+            # the reads' share, g_t M^v_t^T, as a row times a transposed view (a bmm with one
+            # output column is slow on CPU)
+            g_row = g.transpose(0, 1).reshape(L * B, 1, Dv)
+            d_w = torch.bmm(g_row, mv.view(L * B, M, Dv).transpose(1, 2))  # [L * B, 1, M]
+            d_w = d_w.view(L, B, M).transpose(0, 1)
+            d_ww, d_e, d_a = torch.zeros_like(ww), torch.zeros_like(e), torch.zeros_like(a)
+            G = torch.zeros_like(mv[0])  # dLoss / dM^v_t+1 entering step t, dM^v_t leaving it
+            for t in range(L - 1, -1, -1):
+                if t + 1 < L:  # the write of step t: M^v_t+1 = M^v_t * keep + w a^T
+                    wt, et, at = ww[:, t], e[:, t], a[:, t]
+                    GM = G * mv[t]  # [B, M, Dv]
+                    d_a[:, t] = torch.bmm(wt.unsqueeze(1), G).squeeze(1)
+                    d_e[:, t] = -torch.bmm(wt.unsqueeze(1), GM).squeeze(1)
+                    # sums over Dv by broadcast (not a one-column bmm)
+                    d_ww[:, t] = (G * at.unsqueeze(1)).sum(-1) - (GM * et.unsqueeze(1)).sum(-1)
+                    G.mul_(torch.mul(wt.unsqueeze(-1), et.unsqueeze(1)).neg_().add_(1))
+                G.addcmul_(w[:, t].unsqueeze(-1), g[:, t].unsqueeze(1))  # the read of step t
+        return G, d_w, d_ww, d_e, d_a
