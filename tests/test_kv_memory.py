@@ -62,6 +62,20 @@ def test_read_write_gradcheck():
     )
 
 
+def test_single_write_matches_the_formula_and_gradcheck():
+    torch.manual_seed(7)
+    B, M, dv = 2, 3, 4
+    mv = torch.randn(B, M, dv, dtype=torch.float64, requires_grad=True)
+    w = torch.softmax(torch.randn(B, M, dtype=torch.float64), -1).requires_grad_()
+    e = torch.rand(B, dv, dtype=torch.float64, requires_grad=True)
+    a = torch.rand(B, dv, dtype=torch.float64, requires_grad=True)
+    want = torch.stack(
+        [mv[b] * (1 - torch.outer(w[b], e[b])) + torch.outer(w[b], a[b]) for b in range(B)]
+    )
+    assert torch.allclose(KeyValueMemory.write(mv, w, e, a), want, atol=1e-14)
+    assert torch.autograd.gradcheck(KeyValueMemory.write, (mv, w, e, a))
+
+
 def test_weights_are_a_softmax_over_slots_and_signals_are_bounded():
     torch.manual_seed(1)
     mem = KeyValueMemory(5, 3, 4)

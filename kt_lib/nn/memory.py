@@ -53,8 +53,8 @@ class KeyValueMemory(nn.Module):
     @staticmethod
     def write(mv: torch.Tensor, w: torch.Tensor, e: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """M^v * (1 - w e^T) + w a^T: [B, M, Dv], [B, M], [B, Dv], [B, Dv] -> [B, M, Dv]."""
-        w = w.unsqueeze(-1)  # [B, M, 1]
-        return torch.addcmul(w * a.unsqueeze(1), mv, 1 - w * e.unsqueeze(1))
+        dt = mv.dtype
+        return _Write.apply(mv, w.to(dt), e.to(dt), a.to(dt))
 
     def read_write(
         self, w: torch.Tensor, e: torch.Tensor, a: torch.Tensor, mask: torch.Tensor | None = None
@@ -71,6 +71,41 @@ class KeyValueMemory(nn.Module):
         return _ReadWrite.apply(mv0, w.to(dt), ww.to(dt), e.to(dt), a.to(dt))
 
 
+def _write(mv: torch.Tensor, w: torch.Tensor, e: torch.Tensor, a: torch.Tensor, out=None):
+    """M^v * (1 - w e^T) + w a^T with one temporary."""
+    w = w.unsqueeze(-1)  # [B, M, 1]
+    keep = torch.mul(w, e.unsqueeze(1)).neg_().add_(1)  # 1 - w e^T
+    return torch.mul(mv, keep, out=out).addcmul_(w, a.unsqueeze(1))
+
+
+def _write_grads(G: torch.Tensor, mv: torch.Tensor, w: torch.Tensor, e: torch.Tensor, a):
+    """Gradients of one write from G = dLoss/dM^v_t+1: (dM^v_t, dw, de, da)."""
+    GM = G * mv  # [B, M, Dv]
+    d_a = torch.bmm(w.unsqueeze(1), G).squeeze(1)  # w^T G
+    d_e = -torch.bmm(w.unsqueeze(1), GM).squeeze(1)
+    # sums over Dv by broadcast (a bmm with one output column is slow on CPU)
+    d_w = (G * a.unsqueeze(1)).sum(-1) - (GM * e.unsqueeze(1)).sum(-1)
+    d_mv = G * torch.mul(w.unsqueeze(-1), e.unsqueeze(1)).neg_().add_(1)
+    return d_mv, d_w, d_e, d_a
+
+
+class _Write(torch.autograd.Function):
+    """One write as one autograd node: saves only its inputs (autograd over the expression would
+    also keep 1 - w e^T, a second [B, M, Dv] tensor per step)."""
+
+    @staticmethod
+    def forward(ctx, mv, w, e, a):
+        ctx.save_for_backward(mv, w, e, a)
+        with torch.autocast(mv.device.type, enabled=False):
+            return _write(mv, w, e, a)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g):
+        with torch.autocast(g.device.type, enabled=False):
+            return _write_grads(g, *ctx.saved_tensors)
+
+
 class _ReadWrite(torch.autograd.Function):
     """The whole recurrence as one autograd node: the states M^v_t go to one preallocated
     [L, B, M, Dv] tensor, the reads are one batched product after the loop, and the backward
@@ -84,10 +119,7 @@ class _ReadWrite(torch.autograd.Function):
             mv = mv0.new_empty(L, B, M, e.shape[-1])  # M^v_t, t = 0 .. L-1
             mv[0] = mv0
             for t in range(L - 1):
-                wt = ww[:, t].unsqueeze(-1)  # [B, M, 1]
-                keep = torch.mul(wt, e[:, t].unsqueeze(1)).neg_().add_(1)  # 1 - w e^T
-                torch.mul(mv[t], keep, out=mv[t + 1])
-                mv[t + 1].addcmul_(wt, a[:, t].unsqueeze(1))  # + w a^T
+                _write(mv[t], ww[:, t], e[:, t], a[:, t], out=mv[t + 1])
             flat = mv.view(L * B, M, -1)  # one bmm over (step, student); einsum would permute mv
             reads = torch.bmm(w.transpose(0, 1).reshape(L * B, 1, M), flat)  # r_t = w_t M^v_t
             reads = reads.view(L, B, -1).transpose(0, 1)  # [B, L, Dv]
@@ -109,13 +141,9 @@ class _ReadWrite(torch.autograd.Function):
             d_ww, d_e, d_a = torch.zeros_like(ww), torch.zeros_like(e), torch.zeros_like(a)
             G = torch.zeros_like(mv[0])  # dLoss / dM^v_t+1 entering step t, dM^v_t leaving it
             for t in range(L - 1, -1, -1):
-                if t + 1 < L:  # the write of step t: M^v_t+1 = M^v_t * keep + w a^T
-                    wt, et, at = ww[:, t], e[:, t], a[:, t]
-                    GM = G * mv[t]  # [B, M, Dv]
-                    d_a[:, t] = torch.bmm(wt.unsqueeze(1), G).squeeze(1)
-                    d_e[:, t] = -torch.bmm(wt.unsqueeze(1), GM).squeeze(1)
-                    # sums over Dv by broadcast (not a one-column bmm)
-                    d_ww[:, t] = (G * at.unsqueeze(1)).sum(-1) - (GM * et.unsqueeze(1)).sum(-1)
-                    G.mul_(torch.mul(wt.unsqueeze(-1), et.unsqueeze(1)).neg_().add_(1))
+                if t + 1 < L:  # the write of step t
+                    G, d_ww[:, t], d_e[:, t], d_a[:, t] = _write_grads(
+                        G, mv[t], ww[:, t], e[:, t], a[:, t]
+                    )
                 G.addcmul_(w[:, t].unsqueeze(-1), g[:, t].unsqueeze(1))  # the read of step t
         return G, d_w, d_ww, d_e, d_a
