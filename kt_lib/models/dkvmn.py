@@ -69,6 +69,7 @@ class DKVMN(KTModel):
     """Key-value memory: read with the question, summarise, predict; then write the answer."""
 
     config_cls = DKVMNConfig
+    memory_maps = True  # maps over memory slots beside the step maps
 
     def __init__(self, config: DKVMNConfig):
         super().__init__(config)
