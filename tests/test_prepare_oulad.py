@@ -157,11 +157,18 @@ def test_errors_name_file_line_and_value(tmp_path):
         ("score", "A", "'A' is not a number"),
         ("is_banked", "2", "'2' is not 0 or 1"),
         ("date_submitted", "?", "'\\?': a number is needed"),
+        ("score", "", "empty cell"),
     ):
         rows = _rows()
         rows[3] = {**rows[3], column: value}
         with pytest.raises(ValueError, match=f"line 5, column '{column}': {message}"):
             prepare("oulad", _raw(tmp_path, rows), tmp_path / "o")
+    short = tmp_path / "short" / "studentAssessment.csv"  # a row one field short
+    write_rows(short, SCORES, _rows())
+    short.write_text(short.read_text().replace("11391,1753,230,0,59", "11391,1753,230,0"))
+    (short.parent / "assessments.csv").write_bytes((raw / "assessments.csv").read_bytes())
+    with pytest.raises(ValueError, match=r"studentAssessment.csv line 5, column 'score': empty"):
+        prepare("oulad", short, tmp_path / "o")
     bad = _assessments()
     bad[2]["code_presentation"] = "2013X"
     write_rows(raw / "assessments.csv", ASSESSMENTS, bad)
@@ -191,6 +198,14 @@ def test_cli_bands_and_help(tmp_path, capsys):
         == 0
     )
     assert "oulad: 34 rows read, dropped no score ('?'): 1, banked" in capsys.readouterr().out
+    assert load_bundle(out / "pykt", "auto").K == 2
+    keys_path = out / "pykt" / "keyid2idx.json"
+    keys = json.loads(keys_path.read_text())
+    keys_path.write_text(json.dumps({**keys, "K": "2"}))
+    with pytest.raises(ValueError, match=r"keyid2idx.json: K = '2' is not an integer"):
+        load_bundle(out / "pykt", "auto")
+    del keys["K"]  # a folder pykt-toolkit wrote: binary unless told
+    keys_path.write_text(json.dumps(keys))
     assert load_bundle(out / "pykt", "auto").K == 2
     assert main(["prepare", "assist2015", str(raw), str(out), "--bands", "4"]) == 2
     assert "bands is an option of oulad only" in capsys.readouterr().err

@@ -20,14 +20,16 @@ code_presentation, id_assessment, assessment_type, date, weight).
   K=5: 0 fail < 40, 1 40-59, 2 60-69, 3 70-84, 4 distinction >= 85; K=4 merges the top two
   (3 >= 70); K=2: 0 fail < 40, 1 pass >= 40. K=5 is the default: it is the finest scale the
   University itself grades on, and the dataset is here for its real ordinal scores.
-- Dropped rows, counted: no score (`?`, or an empty cell); then banked results (`is_banked` = 1)
+- Dropped rows, counted: no score (`?`); then banked results (`is_banked` = 1)
   unless `keep_banked`. A banked result is a grade carried over from an earlier presentation of the
   module: its `date_submitted` (-1 in the real files) is not when the student did the work, and the
   work itself is the earlier presentation's (often already in the student's sequence), so by
   default it is not an interaction.
 - Errors naming the file and the 1-based line: an id_assessment not in assessments.csv (or listed
   twice there), a score outside 0-100 or not a number, `is_banked` not 0/1, a date that is not a
-  number (`?` is allowed only for the deadline), a presentation code not `YYYYB`/`YYYYJ`.
+  number (`?` is allowed only for the deadline), a presentation code not `YYYYB`/`YYYYJ`, an empty
+  cell (the files mark a missing value with `?`: an empty cell is a damaged row, one short of
+  fields for instance).
 - No timestamps are written: the calendar above is exact only to the presentation's month.
 """
 
@@ -61,9 +63,11 @@ def bands(score: np.ndarray | pd.Series, K: int) -> np.ndarray:
 
 
 def _numbers(table: RawTable, column: str, question_mark: bool) -> pd.Series:
-    """The column as float; `?` (and an empty cell) is NaN where `question_mark`, else an error."""
+    """The column as float; `?` is NaN where `question_mark`, else an error. An empty cell is an
+    error (OULAD writes `?`; an empty cell is a damaged row, e.g. one short of fields)."""
     raw = table.frame[column]
-    unknown = raw.isna() | (raw.str.strip() == _NO_VALUE)
+    table.first_bad(raw.isna() | (raw.str.strip() == ""), column, "empty cell")
+    unknown = raw.str.strip() == _NO_VALUE
     if not question_mark:
         table.first_bad(unknown, column, "{v}: a number is needed")
     table.frame[column] = raw.mask(unknown)
