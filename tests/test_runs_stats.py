@@ -105,3 +105,36 @@ def test_compare_pairs_table_and_markdown():
     assert len(md.splitlines()) == 4
     with pytest.raises(ValueError, match="A:B"):
         compare_pairs(runs, ["ab"])
+
+
+def test_pairs_never_cross_devices():
+    """The same run on an H100 and on a CPU differs by as much as the effects measured: a pair
+    whose two runs come from different devices is left out, and the note says so."""
+    rows = []
+    for s, (va, vb, dev) in enumerate(
+        [(0.80, 0.79, "cpu"), (0.81, 0.80, "cpu"), (0.82, 0.70, "gpu")]
+    ):
+        rows.append(
+            {
+                "dataset": "d",
+                "model": "a",
+                "fold": None,
+                "seed": s,
+                "test_auc": va,
+                "device_name": dev,
+            }
+        )
+        rows.append(
+            {
+                "dataset": "d",
+                "model": "b",
+                "fold": None,
+                "seed": s,
+                "test_auc": vb,
+                "device_name": "cpu",  # seed 2: a ran on the GPU, b on the CPU
+            }
+        )
+    res = paired_comparison(pd.DataFrame(rows), "a", "b")
+    assert res.n_pairs == 2 and res.mean_diff == pytest.approx(0.01)
+    assert "1 pair(s) across devices left out" in res.note
+    assert res.unmatched_a == 0 and res.unmatched_b == 0

@@ -60,6 +60,9 @@ def lower_is_better(metric: str) -> bool:
     )
 
 
+DEVICE = "device_name"  # the runs table's column naming the device of each run
+
+
 def _keys(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """The `by` columns with missing values as one comparable key."""
     return frame[by].astype(object).where(frame[by].notna(), NONE_KEY).astype(str)
@@ -96,6 +99,8 @@ def paired_comparison(
         good = part[metric].notna()
         failed += int((~good).sum())
         keyed = _keys(part[good], by).assign(_value=part.loc[good, metric].astype(float).values)
+        if DEVICE in part:  # the device that made each run: pairs never cross devices
+            keyed["_device"] = part.loc[good, DEVICE].astype(str).values
         dup = keyed.duplicated(by, keep=False)
         if dup.any():
             raise ValueError(
@@ -105,6 +110,10 @@ def paired_comparison(
             )
         sides[label] = keyed
     pairs = sides[a].merge(sides[b], on=by, suffixes=("_a", "_b"))
+    crossed = 0
+    if "_device_a" in pairs and "_device_b" in pairs:
+        across = (pairs["_device_a"] != pairs["_device_b"]).to_numpy()
+        crossed, pairs = int(across.sum()), pairs[~across]
     n = len(pairs)
     xa, xb = pairs["_value_a"].to_numpy(), pairs["_value_b"].to_numpy()
     d = xa - xb
@@ -130,8 +139,13 @@ def paired_comparison(
                 warnings.simplefilter("ignore")
                 p_w = float(st.wilcoxon(xa, xb).pvalue)
     unmatched = {
-        label: len(sides[label]) - n for label in (a, b)
+        label: len(sides[label]) - n - crossed for label in (a, b)
     }  # each key is unique per side, so every pair uses one row of each
+    if crossed:
+        notes.append(
+            f"{crossed} pair(s) across devices left out (a run and its pair must come from the "
+            "same device: CPU and GPU numbers differ by as much as the effects measured)"
+        )
     if unmatched[a] or unmatched[b]:
         notes.append(f"unmatched runs: {unmatched[a]} of {a}, {unmatched[b]} of {b}")
     if failed:

@@ -310,7 +310,7 @@ def render(study: Study, path: str | Path | None = None) -> str:
             runs=len(part),
             best_epoch=f"{part['best_epoch'].mean():.1f}",
             train_s=f"{part['train_seconds'].mean():.0f}",
-            device=", ".join(sorted(set(part["device_name"].astype(str)))),
+            device=_devices(part),
         )
         if study.breakdown:
             for col in BREAKDOWN:
@@ -338,6 +338,12 @@ def render(study: Study, path: str | Path | None = None) -> str:
 
 
 BREAKDOWN = ("pos1-10", "pos11-50", "pos51-200", "pos201+")
+
+
+def _devices(part: pd.DataFrame) -> str:
+    """The devices of a cell's runs; a cell mixing devices says so (its spread mixes them)."""
+    names = sorted(set(part["device_name"].astype(str)))
+    return ", ".join(names) if len(names) == 1 else "MIXED: " + ", ".join(names)
 
 
 def published_figures(dataset: str, model: str) -> str:
