@@ -25,6 +25,7 @@ class DKTConfig(BaseConfig):
     n_layers: int = 1  # stacked LSTM layers
     dropout: float = 0.1  # dropout before the output layer
 
+    BINARY = True
     PRESETS = {"tiny": {"d": 16}, "paper": {"d": 200}}
 
     def validate(self) -> None:
