@@ -18,10 +18,14 @@ SYNTHETIC = "synthetic"
 
 def dataset_name(data_dir: str | Path | None, data_format: str | None = None) -> str:
     """The dataset name of a results row: the folder's name ('assist2009'), or 'synthetic' for
-    the simulator (no folder, or format synthetic: the simulator ignores any folder)."""
+    the simulator (no folder, or format synthetic: the simulator ignores any folder). A layout
+    folder of `prepare`'s output (OUT/pykt, OUT/line3, OUT/line4) is named by OUT."""
     if not data_dir or data_format == SYNTHETIC:
         return SYNTHETIC
-    return Path(data_dir).name or str(data_dir)
+    path = Path(data_dir)
+    if path.name in ("pykt", "line3", "line4") and path.parent.name:
+        return path.parent.name
+    return path.name or str(data_dir)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..data.prepare import prepare as prepare_raw
 from ..provenance import ROOT
 from ..published import PUBLISHED, PYKT_PAPER
 from ..train import TrainConfig
@@ -38,6 +39,7 @@ from .tables import mean_std, to_markdown
 RESULTS = ROOT / "results"
 CHECKPOINTS = ROOT / "runs" / "checkpoints"  # git-ignored: per-run epoch checkpoints of studies
 DATA_ROOT = ROOT.parent / "shared" / "data"
+PREPARED = ROOT / "data" / "prepared"  # git-ignored: folders `prepare` makes from raw files
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +67,9 @@ class Study:
     patience: int = 5
     histories: tuple[str, ...] = ("window",)
     filling: bool = False  # being filled run by run: `status` lists what is left
+    # folders made from raw files on first use: folder -> (prepare's dataset name, raw folder
+    # under the data root, prepare options); written under PREPARED/<folder>, read as pykt
+    prepare: dict = dataclasses.field(default_factory=dict)
     published: bool = False  # render the published figures beside each cell
     breakdown: bool = False  # render AUC by the scored step's position in the history
 
@@ -87,11 +92,25 @@ class Study:
     def path(self) -> Path:
         return RESULTS / f"{self.name}.json"
 
+    def folder(self, name: str, data_root: str | Path = DATA_ROOT) -> Path:
+        """Where dataset folder `name` is read: prepared ones under PREPARED (pykt layout),
+        the others under `data_root`."""
+        if name in self.prepare:
+            return PREPARED / name / "pykt"
+        return Path(data_root) / name
+
+    def ensure_prepared(self, data_root: str | Path = DATA_ROOT) -> None:
+        """Prepare each missing `prepare` folder from its raw files under `data_root`."""
+        for name, (dataset, raw, options) in self.prepare.items():
+            if not self.folder(name).is_dir():
+                print(f"{self.name}: preparing {name} from {Path(data_root) / raw}")
+                prepare_raw(dataset, Path(data_root) / raw, PREPARED / name, **options)
+
     def part_plans(self, data_root: str | Path = DATA_ROOT) -> list[LeaderboardPlan]:
         """Each part as a `LeaderboardPlan`, its datasets found under `data_root` by name."""
         return [
             LeaderboardPlan.of(
-                [(str(Path(data_root) / folder), fmt) for folder, fmt in part.datasets],
+                [(str(self.folder(folder, data_root)), fmt) for folder, fmt in part.datasets],
                 part.models,
                 preset=self.preset,
                 seeds=self.seeds,
@@ -203,6 +222,27 @@ STUDIES = {
             published=True,
         ),
         Study(
+            name="ordinal_oulad",
+            question="Seed 002 on real graded data: OULAD at K = 5 and K = 4 (the Open "
+            "University's grade bands), AttentionGPCM, the plug-in mechanisms, an ordinal DKT",
+            parts=(
+                Part(
+                    (("oulad_k5", "pykt"), ("oulad_k4", "pykt")),
+                    ("dkt_gpcm", "attention_gpcm", "modular_attention_gpcm"),
+                ),
+            ),
+            pairs=(
+                ("modular_attention_gpcm", "attention_gpcm"),
+                ("attention_gpcm", "dkt_gpcm"),
+            ),
+            folds=5,
+            prepare={
+                "oulad_k5": ("oulad", "oulad", {"bands": 5}),
+                "oulad_k4": ("oulad", "oulad", {"bands": 4}),
+            },
+            filling=True,
+        ),
+        Study(
             name="leaderboard",
             question="Every model under each dataset's published protocol (five folds / seeds)",
             parts=(
@@ -262,11 +302,12 @@ def run(
     killed mid-way resumes from its last finished epoch when the study is started again; the
     checkpoint is removed once the run's row is in the results file."""
     ckpt = Path(checkpoints) / study.name if checkpoints is not None and workers == 1 else None
+    study.ensure_prepared(data_root)
     for part, plan in zip(study.parts, study.part_plans(data_root), strict=True):
         for folder, _ in part.datasets:
-            if not (Path(data_root) / folder).is_dir():
+            if not study.folder(folder, data_root).is_dir():
                 raise FileNotFoundError(
-                    f"study {study.name}: no dataset folder {Path(data_root) / folder}"
+                    f"study {study.name}: no dataset folder {study.folder(folder, data_root)}"
                 )
         run_plan(
             plan,
