@@ -99,15 +99,10 @@ class MaskedBatchNorm(nn.Module):
         var = ((x - mean) ** 2 * w).sum(0) / n.clamp(min=1)  # biased, as BatchNorm1d
         enough = n > 1
         with torch.no_grad():  # no host sync: a step without two valid rows keeps the stats
-            unbiased = var * n / (n - 1).clamp(min=1)
-            self.running_mean.copy_(
-                torch.where(enough, self.running_mean.lerp(mean, self.momentum), self.running_mean)
-            )
-            self.running_var.copy_(
-                torch.where(
-                    enough, self.running_var.lerp(unbiased, self.momentum), self.running_var
-                )
-            )
+            unbiased = (var * n / (n - 1).clamp(min=1)).to(self.running_var.dtype)
+            mean_ = mean.to(self.running_mean.dtype)  # activations may be bf16 under autocast
+            for stat, new in ((self.running_mean, mean_), (self.running_var, unbiased)):
+                stat.copy_(torch.where(enough, stat.lerp(new, self.momentum), stat))
         y = (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
         return torch.where(enough, y, x)
 
