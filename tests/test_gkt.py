@@ -139,3 +139,24 @@ def test_paper_preset_size():
     # pyKT's GKT at these sizes has 31,909 parameters; ours adds H_0 (100 x 32) and drops
     # pyKT's padding row of the concept embedding (32)
     assert n == 31_909 + 3_200 - 32
+
+
+def test_checkpointed_steps_give_the_same_gradients_and_move_the_statistics_once():
+    torch.manual_seed(0)
+    train = make_tiny_dataset(C, 0, n=10, seed=3)
+    models = []
+    for ckpt in (False, True):
+        torch.manual_seed(0)
+        model = build_model("gkt", preset="tiny", num_c=C, checkpoint=ckpt)
+        model.prepare(train)
+        model.train()
+        torch.manual_seed(1)  # the same dropout draws
+        batch = random_batch(C, B=4, L=12, seed=6)
+        model.loss(model(batch), batch)["total"].backward()
+        models.append(model)
+    plain, ckpt = models
+    for (name, a), b in zip(plain.named_parameters(), ckpt.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6), name
+    for (name, a), b in zip(plain.named_buffers(), ckpt.buffers(), strict=True):
+        assert torch.equal(a, b), name  # running statistics: not moved again by recomputation
+    assert not torch.equal(plain.f_self.norm.running_mean, torch.zeros(8))

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ..config import require
 from ..data.dataset import Batch, KTDataset, interaction_token
@@ -44,6 +45,7 @@ class GKTConfig(BaseConfig):
     emb: int = 32  # concept and interaction embedding size (pyKT emb_size)
     dropout: float = 0.5  # dropout inside the f_self / f_in / f_out MLPs
     graph: str = "transition"  # "dense" or "transition" (pyKT graph_type)
+    checkpoint: bool = True  # recompute each step in backward: ~1/40 of the activation memory
 
     BINARY = True
     PRESETS = {
@@ -87,6 +89,7 @@ class MaskedBatchNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d))
         self.register_buffer("running_mean", torch.zeros(d))
         self.register_buffer("running_var", torch.ones(d))
+        self.track = True  # off while a checkpointed step is recomputed: stats move once
 
     def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """x [N, D], valid [N] bool -> [N, D]."""
@@ -98,13 +101,21 @@ class MaskedBatchNorm(nn.Module):
         mean = (x * w).sum(0) / n.clamp(min=1)  # [D]
         var = ((x - mean) ** 2 * w).sum(0) / n.clamp(min=1)  # biased, as BatchNorm1d
         enough = n > 1
-        with torch.no_grad():  # no host sync: a step without two valid rows keeps the stats
-            unbiased = (var * n / (n - 1).clamp(min=1)).to(self.running_var.dtype)
-            mean_ = mean.to(self.running_mean.dtype)  # activations may be bf16 under autocast
-            for stat, new in ((self.running_mean, mean_), (self.running_var, unbiased)):
-                stat.copy_(torch.where(enough, stat.lerp(new, self.momentum), stat))
+        if self.track:
+            self.update(mean, var, n, enough)
         y = (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
         return torch.where(enough, y, x)
+
+    @torch.no_grad()
+    def update(
+        self, mean: torch.Tensor, var: torch.Tensor, n: torch.Tensor, enough: torch.Tensor
+    ) -> None:
+        """Running statistics, as BatchNorm1d (unbiased variance, momentum); no host sync: a
+        step without two valid rows keeps them."""
+        unbiased = (var * n / (n - 1).clamp(min=1)).to(self.running_var.dtype)
+        mean = mean.to(self.running_mean.dtype)  # activations may be bf16 under autocast
+        for stat, new in ((self.running_mean, mean), (self.running_var, unbiased)):
+            stat.copy_(torch.where(enough, stat.lerp(new, self.momentum), stat))
 
 
 class GraphMLP(nn.Module):
@@ -121,7 +132,19 @@ class GraphMLP(nn.Module):
 
     def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """x [..., d_in], valid [...] bool -> [..., d]."""
-        y = torch.relu(self.fc2(self.drop(torch.relu(self.fc1(x)))))
+        return self.finish(self.fc1(x), valid)
+
+    def pair(self, own: torch.Tensor, other: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """The MLP on [own, other_j] for every j, own [B, n], other [B, C, n] -> [B, C, d],
+        without building the [B, C, 2n] concatenation (saved for backward at every step)."""
+        n = own.shape[-1]
+        w = self.fc1.weight  # [d, 2n]
+        pre = F.linear(own, w[:, :n], self.fc1.bias).unsqueeze(1) + F.linear(other, w[:, n:])
+        return self.finish(pre, valid)
+
+    def finish(self, pre: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Everything after the first layer's product: pre [..., d] -> [..., d]."""
+        y = torch.relu(self.fc2(self.drop(torch.relu(pre))))
         return self.norm(y.flatten(0, -2), valid.flatten()).view(y.shape)
 
 
@@ -177,6 +200,11 @@ class GKT(KTModel):
             self.graph = state["graph"].to(self.graph)
             self.graph_ready = True
 
+    def track_stats(self, on: bool) -> None:
+        for m in self.modules():
+            if isinstance(m, MaskedBatchNorm):
+                m.track = on
+
     def step(
         self, H: torch.Tensor, q: torch.Tensor, r: torch.Tensor, valid: torch.Tensor
     ) -> torch.Tensor:
@@ -189,12 +217,11 @@ class GKT(KTModel):
         Hp = torch.cat([H, feat], -1)  # [B, C, D+E]
         own = Hp[torch.arange(B, device=H.device), q]  # [B, D+E]
         m_self = self.f_self(own, valid)  # [B, D]
-        pair = torch.cat([own.unsqueeze(1).expand_as(Hp), Hp], -1)  # [B, C, 2(D+E)]
         rows = valid.unsqueeze(1).expand(B, C)  # [B, C]
         a_out, a_in = A[q], A[:, q].T  # [B, C]: A[i, j], A[j, i]
-        m_nb = a_out.unsqueeze(-1) * self.f_out(pair, rows) + a_in.unsqueeze(-1) * self.f_in(
-            pair, rows
-        )  # [B, C, D]
+        f_out = self.f_out.pair(own, Hp, rows)  # [B, C, D]: f_out([H'_i, H'_j]) for every j
+        f_in = self.f_in.pair(own, Hp, rows)
+        m_nb = a_out.unsqueeze(-1) * f_out + a_in.unsqueeze(-1) * f_in  # [B, C, D]
         m = self.gate(torch.where(is_q.unsqueeze(-1), m_self.unsqueeze(1), m_nb))  # [B, C, D]
         new = self.gru(m.flatten(0, 1), H.flatten(0, 1)).view_as(H)  # [B, C, D]
         touched = (is_q | (a_out > 0) | (a_in > 0)) & valid.unsqueeze(1)  # [B, C]
@@ -207,10 +234,17 @@ class GKT(KTModel):
         B, L = q.shape
         rows = torch.arange(B, device=q.device)
         H = self.h0.unsqueeze(0).expand(B, -1, -1)  # [B, C, D]
+        ckpt = self.config.checkpoint and self.training and torch.is_grad_enabled()
         read = []
-        for t in range(L):
-            read.append(H[rows, q[:, t]])  # [B, D]: state from interactions < t, at q_t
-            if t + 1 < L:  # the last interaction is never read
-                H = self.step(H, q[:, t], r[:, t], mask[:, t])
+        self.track_stats(True)
+        try:
+            for t in range(L):
+                read.append(H[rows, q[:, t]])  # [B, D]: state from interactions < t, at q_t
+                if t + 1 == L:  # the last interaction is never read
+                    break
+                args = (H, q[:, t], r[:, t], mask[:, t])
+                H = checkpoint(self.step, *args, use_reentrant=False) if ckpt else self.step(*args)
+        finally:  # backward's recomputation of a step must not move the running statistics
+            self.track_stats(False)
         logits = self.predict(torch.stack(read, 1)).squeeze(-1)  # [B, L]
         return ModelOutput(logits=logits, attention={} if return_attention else None)
