@@ -127,3 +127,16 @@ def test_paper_preset_size():
     assert n == 100 * 256 + 2 * 256 + 4 * block + mlp
     pid = build_model("stablekt", preset="pykt", num_c=100, num_pid=1000)
     assert pid.embed.mu.weight.shape == (1000, 256)
+
+
+def test_checkpointed_attention_gives_the_same_gradients():
+    grads = []
+    batch = random_batch(6, B=3, L=10, seed=4)
+    for ckpt in (False, True):
+        torch.manual_seed(0)
+        model = build_model("stablekt", preset="tiny", num_c=6, checkpoint=ckpt).train()
+        torch.manual_seed(1)  # the same dropout draws
+        model.loss(model(batch), batch)["total"].backward()
+        grads.append([p.grad for p in model.parameters()])
+    for a, b in zip(*grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-6)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 from ..config import require
 from ..data.dataset import Batch
@@ -49,6 +50,7 @@ class StableKTConfig(BaseConfig):
     radius: float = 0.5  # r: radius of the penumbral heads' half-space
     gamma: float = 0.7  # scale of the penumbral score
     vector_difficulty: bool = False  # True: a D-vector difficulty per problem (pyKT), not a scalar
+    checkpoint: bool = True  # recompute the attention in backward: its [B, H, L, L] chain unsaved
 
     BINARY = True
     PRESETS = {
@@ -120,12 +122,19 @@ class QuestionEmbedding(nn.Module):
         return c + self.mu(pid) * self.d_q(q), y
 
 
+def _attention_out(*args) -> torch.Tensor:
+    return reference.stable_attention(*args)[0]
+
+
 class StableAttention(nn.Module):
     """Shared query/key projection (pyKT's kq_same=1), `reference.stable_attention` on heads."""
 
-    def __init__(self, d: int, n_heads: int, dropout: float, radius: float, gamma: float):
+    def __init__(
+        self, d: int, n_heads: int, dropout: float, radius: float, gamma: float, ckpt: bool
+    ):
         super().__init__()
         self.h, self.dropout, self.radius, self.gamma = n_heads, dropout, radius, gamma
+        self.ckpt = ckpt
         self.k_proj = nn.Linear(d, d)  # queries and keys
         self.v_proj = nn.Linear(d, d)
         self.out_proj = nn.Linear(d, d)
@@ -150,7 +159,12 @@ class StableAttention(nn.Module):
         low = (torch.float16, torch.bfloat16)  # under autocast the score chain stays float32
         q, k, v = (t.float() if t.dtype in low else t for t in (q, k, v))
         p = self.dropout if self.training else 0.0
-        out, w = reference.stable_attention(q, k, v, self.slopes, self.radius, self.gamma, mask, p)
+        args = (q, k, v, self.slopes, self.radius, self.gamma, mask, p)
+        if self.ckpt and torch.is_grad_enabled() and not need_weights:
+            # the same numbers (dropout draws replayed); backward recomputes the weights
+            out = checkpoint(_attention_out, *args, use_reentrant=False)
+            return self.out_proj(merge_heads(out)), None
+        out, w = reference.stable_attention(*args)
         return self.out_proj(merge_heads(out)), (w if need_weights else None)
 
 
@@ -167,7 +181,7 @@ class StableKT(KTModel):
         self.blocks = nn.ModuleList()
         for _ in range(c.n_blocks):
             layer = TransformerLayer(c.d, c.n_heads, c.d_ff, c.dropout)
-            layer.attn = StableAttention(c.d, c.n_heads, c.dropout, c.radius, c.gamma)
+            layer.attn = StableAttention(c.d, c.n_heads, c.dropout, c.radius, c.gamma, c.checkpoint)
             self.blocks.append(layer)
         self.out = mlp_head(2 * c.d, (c.final_fc_dim, c.final_fc_dim2), c.dropout)
 
