@@ -201,6 +201,7 @@ class GKT(KTModel):
             self.graph_ready = True
 
     def track_stats(self, on: bool) -> None:
+        """Let the batch norms move their running statistics (forward) or not (recomputation)."""
         for m in self.modules():
             if isinstance(m, MaskedBatchNorm):
                 m.track = on
