@@ -28,6 +28,7 @@ from ..config import require
 from ..data.dataset import Batch
 from ..nn.attention import attend, causal_mask
 from ..nn.blocks import TransformerLayer, mlp_head
+from ..nn.embeddings import QuestionEmbedding
 from ..nn.shapes import merge_heads, split_heads
 from .base import BaseConfig, KTModel, ModelOutput, register
 
@@ -77,30 +78,6 @@ def sinusoid_positions(L: int, d: int, device=None, dtype=torch.float32) -> torc
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq[: d // 2])
     return pe.to(dtype)
-
-
-class QuestionEmbedding(nn.Module):
-    """x = c_q (+ mu_pid * d_q), y = c_q + g_r: the problem term enters x only (simpleKT)."""
-
-    def __init__(self, num_c: int, d: int, num_pid: int, K: int, vector_difficulty: bool):
-        super().__init__()
-        self.c = nn.Embedding(num_c, d)  # c_q concept embedding
-        self.g = nn.Embedding(K, d)  # g_r response embedding
-        self.mu = None
-        if num_pid > 0:
-            self.mu = nn.Embedding(num_pid, d if vector_difficulty else 1)  # problem difficulty
-            self.d_q = nn.Embedding(num_c, d)  # d_q concept variation vector
-            nn.init.zeros_(self.mu.weight)  # every problem starts at its concept
-
-    def forward(
-        self, q: torch.Tensor, r: torch.Tensor, pid: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """q, r, pid [B, L] -> x, y [B, L, D]; pid is ignored when the model has none."""
-        c = self.c(q)
-        y = c + self.g(r)
-        if self.mu is None or pid is None:
-            return c, y
-        return c + self.mu(pid) * self.d_q(q), y
 
 
 class SharedQKAttention(nn.Module):

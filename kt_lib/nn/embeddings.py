@@ -65,3 +65,28 @@ class RaschEmbedding(nn.Module):
             return None
         n = mask.sum().clamp(min=1)
         return weight * (mu.pow(2) * mask).sum() / n
+
+
+class QuestionEmbedding(nn.Module):
+    """x = c_q (+ mu_pid * d_q), y = c_q + g_r: the problem term enters x only (simpleKT,
+    stableKT)."""
+
+    def __init__(self, num_c: int, d: int, num_pid: int, K: int, vector_difficulty: bool):
+        super().__init__()
+        self.c = nn.Embedding(num_c, d)  # c_q concept embedding
+        self.g = nn.Embedding(K, d)  # g_r response embedding
+        self.mu = None
+        if num_pid > 0:
+            self.mu = nn.Embedding(num_pid, d if vector_difficulty else 1)  # problem difficulty
+            self.d_q = nn.Embedding(num_c, d)  # d_q concept variation vector
+            nn.init.zeros_(self.mu.weight)  # every problem starts at its concept
+
+    def forward(
+        self, q: torch.Tensor, r: torch.Tensor, pid: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q, r, pid [B, L] -> x, y [B, L, D]; pid is ignored when the model has none."""
+        c = self.c(q)
+        y = c + self.g(r)
+        if self.mu is None or pid is None:
+            return c, y
+        return c + self.mu(pid) * self.d_q(q), y

@@ -194,3 +194,55 @@ def folibi(q, k, v, gamma, slopes, mask, dropout: float = 0.0, keep=None):
     dist, undecayed = context_distance(scores, mask)
     w = masked_softmax(scores * decay_factor(dist, gamma), mask)
     return dropped(w, dropout, keep) @ v, w, undecayed
+
+
+# ---- StableKT (Li et al. AAAI 2024): linear biases and penumbral (hyperbolic) scores ---------
+# The heads split in two halves, both with ALiBi's linear bias -m_h |i - j| (Press et al. 2022):
+#   heads h < H/2:  s_ij = q_i . k_j / sqrt(Dh) - m_h |i - j|
+#   heads h >= H/2: s_ij = P(q_i, k_j) / sqrt(Dh) - m_h |i - j|, with the penumbral score P:
+#     psi(x)  = (u, z) = (r sigmoid(x_Dh) x_{1..Dh-1}, r sigmoid(x_Dh))   point u, height z < r
+#     rho     = sqrt(r^2 - z^2 + eps),  delta = |u_q - u_k|
+#     in cone = delta <= rho_q  or  (delta - rho_q)^2 + z_k^2 <= r^2
+#     lca     = max(z_q^2, z_k^2, r^2 - ((rho_q + rho_k - delta) / 2)^2)   in cone
+#               ((delta^2 + z_k^2 - z_q^2) / (2 delta + eps))^2 + z_q^2       otherwise
+#     P       = -gamma * lca
+#   w_ij = masked softmax_j(s_ij), out_i = sum_j w_ij v_j.
+# The bias and P read the step distance and the two vectors only: what query i may read is the
+# mask's business alone. delta comes from |u_q|^2 + |u_k|^2 - 2 u_q . u_k (as torch.cdist on long
+# inputs), clamped before the square root so that equal vectors give no NaN gradient.
+PENUMBRAL_EPS = 1e-6  # the authors' eps in rho and in the out-of-cone denominator
+
+
+def penumbral_scores(q: torch.Tensor, k: torch.Tensor, radius: float, gamma: float) -> torch.Tensor:
+    """P(q_i, k_j) [..., L, S] for q [..., L, Dh], k [..., S, Dh] (before the 1 / sqrt(Dh))."""
+    eps = PENUMBRAL_EPS
+    zq, zk = torch.sigmoid(q[..., -1:]) * radius, torch.sigmoid(k[..., -1:]) * radius  # [..., 1]
+    uq, uk = q[..., :-1] * zq, k[..., :-1] * zk  # [..., L, Dh-1], [..., S, Dh-1]
+    sq = uq.square().sum(-1, keepdim=True) + uk.square().sum(-1).unsqueeze(-2) - 2 * uq @ uk.mT
+    delta = sq.clamp(min=1e-30).sqrt()  # [..., L, S]
+    zk = zk.mT  # [..., 1, S] beside zq [..., L, 1]
+    rho_q = (radius**2 - zq.square() + eps).sqrt()
+    rho_k = (radius**2 - zk.square() + eps).sqrt()
+    inside = torch.maximum(
+        torch.maximum(zq.square(), zk.square()), radius**2 - ((rho_q + rho_k - delta) / 2) ** 2
+    )
+    outside = ((delta.square() + zk.square() - zq.square()) / (2 * delta + eps)) ** 2 + zq.square()
+    cone = (delta <= rho_q) | ((delta - rho_q).square() + zk.square() <= radius**2)
+    return -gamma * torch.where(cone, inside, outside)
+
+
+def stable_attention(
+    q, k, v, slopes, radius: float, gamma: float, mask, dropout: float = 0.0, keep=None
+):
+    """StableKT attention -> (out [B, H, L, Dh], weights [B, H, L, S] before dropout); the
+    first H // 2 heads score by dot product, the others by `penumbral_scores`; slopes [H]."""
+    half = q.shape[-3] // 2
+    dot = q[..., :half, :, :] @ k[..., :half, :, :].mT
+    pen = penumbral_scores(q[..., half:, :, :], k[..., half:, :, :], radius, gamma)
+    scores = torch.cat([dot, pen], dim=-3) / q.shape[-1] ** 0.5  # [B, H, L, S]
+    L, S = scores.shape[-2:]
+    i = torch.arange(L, device=q.device).unsqueeze(1)
+    j = torch.arange(S, device=q.device).unsqueeze(0)
+    scores = scores - slopes.to(scores.dtype).view(-1, 1, 1) * (i - j).abs().to(scores.dtype)
+    w = masked_softmax(scores, mask)
+    return dropped(w, dropout, keep) @ v, w

@@ -1,0 +1,166 @@
+"""stableKT (Li, Xu, Liu, Chen, Huang, Luo & Yang, AAAI 2024): "Enhancing Length Generalization for
+Attention Based Knowledge Tracing Models with Linear Biases".
+
+# B batch, L steps, D model dim, H heads, Dh = D / H, N blocks
+    x_t = c_{q_t} (+ mu_{pid_t} * d_{q_t} with problem ids)     question embedding [B, L, D]
+    y_t = c_{q_t} + g_{r_t}                                      interaction embedding [B, L, D]
+    h^n = LN(h' + FFN(h')),  h' = LN(h^{n-1} + MHA(Q = K = h^{n-1}, V = y, keys j < t)),  h^0 = x
+    MHA: heads h < H/2 score q.k, heads h >= H/2 the penumbral (hyperbolic) score P(q, k); all
+         add ALiBi's -m_h |i - j| (math in kt_lib.nn.reference, `stable_attention`)
+    logit_t = MLP([h^N_t, x_t])
+Step t reads q/pid at steps <= t and r at steps < t (strict-past mask; t = 0 reads no key and
+its attention outputs zero, as pyKT's zero-padded first row); padded keys are never read.
+Deviations from pyKT's stablekt.py:
+- aligned as ours are: logits[:, t] predicts r_t and step 0 is scored too (pyKT drops pred[:, 0]);
+- no absolute positions: pyKT adds cosine positions to x and y for every emb_type through a bug
+  (`if ... or self.emb_type.find("wha"):` is -1, i.e. true, when "wha" is absent), which the
+  linear biases are meant to replace;
+- the bias is computed for any length (pyKT precomputes 1000 steps, on CUDA only);
+- mu is the Rasch scalar; pyKT's emb_type "qid" learns a D-vector per problem (preset "pykt").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from ..config import require
+from ..data.dataset import Batch
+from ..nn import reference
+from ..nn.attention import causal_mask
+from ..nn.blocks import TransformerLayer, mlp_head
+from ..nn.embeddings import QuestionEmbedding
+from ..nn.shapes import merge_heads, split_heads
+from .base import BaseConfig, KTModel, ModelOutput, register
+
+
+@dataclass
+class StableKTConfig(BaseConfig):
+    """stableKT sizes."""
+
+    d: int = 256  # model dim (embeddings and attention)
+    n_heads: int = 8  # attention heads: the first H // 2 dot-product, the rest penumbral
+    n_blocks: int = 4  # N: attention blocks
+    d_ff: int = 256  # FFN inner dim
+    dropout: float = 0.05  # dropout (attention weights, residuals, FFN, prediction MLP)
+    final_fc_dim: int = 256  # first hidden layer of the prediction MLP
+    final_fc_dim2: int = 256  # second hidden layer of the prediction MLP
+    radius: float = 0.5  # r: radius of the penumbral heads' half-space
+    gamma: float = 0.7  # scale of the penumbral score
+    vector_difficulty: bool = False  # True: a D-vector difficulty per problem (pyKT), not a scalar
+    checkpoint: bool = True  # recompute the attention in backward: its [B, H, L, L] chain unsaved
+
+    BINARY = True
+    PRESETS = {
+        "tiny": {
+            "d": 16,
+            "n_heads": 4,
+            "n_blocks": 1,
+            "d_ff": 32,
+            "final_fc_dim": 32,
+            "final_fc_dim2": 16,
+        },
+        # pyKT's configs/kt_config.json has no stablekt entry: these are pyKT's
+        # examples/wandb_stablekt_train.py defaults (d_model 256, 8 heads, 4 blocks, d_ff 256,
+        # dropout 0.05, final_fc_dim 256 / 256, r 0.5, gamma 0.7)
+        "paper": {"d": 256, "n_heads": 8, "n_blocks": 4, "d_ff": 256, "dropout": 0.05},
+        # the same with pyKT's default embedding (emb_type "qid": vector difficulty)
+        "pykt": {
+            "d": 256,
+            "n_heads": 8,
+            "n_blocks": 4,
+            "d_ff": 256,
+            "dropout": 0.05,
+            "vector_difficulty": True,
+        },
+    }
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.n_heads >= 2, f"stableKT needs >= 2 heads (two kinds), got {self.n_heads}")
+        require(self.d // self.n_heads >= 2, "penumbral heads need a head dim >= 2")
+        require(self.d_ff > 0, f"d_ff must be > 0, got {self.d_ff}")
+        require(self.final_fc_dim > 0 and self.final_fc_dim2 > 0, "MLP dims must be > 0")
+        require(self.radius > 0, f"radius must be > 0, got {self.radius}")
+        require(self.gamma >= 0, f"gamma must be >= 0, got {self.gamma}")
+
+
+def _attention_out(*args) -> torch.Tensor:
+    return reference.stable_attention(*args)[0]
+
+
+class StableAttention(nn.Module):
+    """Shared query/key projection (pyKT's kq_same=1), `reference.stable_attention` on heads."""
+
+    def __init__(
+        self, d: int, n_heads: int, dropout: float, radius: float, gamma: float, ckpt: bool
+    ):
+        super().__init__()
+        self.h, self.dropout, self.radius, self.gamma = n_heads, dropout, radius, gamma
+        self.ckpt = ckpt
+        self.k_proj = nn.Linear(d, d)  # queries and keys
+        self.v_proj = nn.Linear(d, d)
+        self.out_proj = nn.Linear(d, d)
+        for lin in (self.k_proj, self.v_proj):  # pyKT's init; out_proj keeps torch's weights
+            nn.init.xavier_uniform_(lin.weight)
+        for lin in (self.k_proj, self.v_proj, self.out_proj):
+            nn.init.zeros_(lin.bias)
+        self.register_buffer("slopes", reference.alibi_slopes(n_heads), persistent=False)  # [H]
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """query [B, L, D], key/value [B, S, D], bool mask -> [B, L, D] (+ [B, H, L, S])."""
+        k = split_heads(self.k_proj(key), self.h)  # [B, H, S, Dh]
+        q = k if query is key else split_heads(self.k_proj(query), self.h)  # [B, H, L, Dh]
+        v = split_heads(self.v_proj(value), self.h)  # [B, H, S, Dh]
+        low = (torch.float16, torch.bfloat16)  # under autocast the score chain stays float32
+        q, k, v = (t.float() if t.dtype in low else t for t in (q, k, v))
+        p = self.dropout if self.training else 0.0
+        args = (q, k, v, self.slopes, self.radius, self.gamma, mask, p)
+        if self.ckpt and torch.is_grad_enabled() and not need_weights:
+            # the same numbers (dropout draws replayed); backward recomputes the weights
+            out = checkpoint(_attention_out, *args, use_reentrant=False)
+            return self.out_proj(merge_heads(out)), None
+        out, w = reference.stable_attention(*args)
+        return self.out_proj(merge_heads(out)), (w if need_weights else None)
+
+
+@register("stablekt")
+class StableKT(KTModel):
+    """stableKT: simpleKT's layout with linear-bias attention, half its heads penumbral."""
+
+    config_cls = StableKTConfig
+
+    def __init__(self, config: StableKTConfig):
+        super().__init__(config)
+        c = config
+        self.embed = QuestionEmbedding(c.num_c, c.d, c.num_pid, c.K, c.vector_difficulty)
+        self.blocks = nn.ModuleList()
+        for _ in range(c.n_blocks):
+            layer = TransformerLayer(c.d, c.n_heads, c.d_ff, c.dropout)
+            layer.attn = StableAttention(c.d, c.n_heads, c.dropout, c.radius, c.gamma, c.checkpoint)
+            self.blocks.append(layer)
+        self.out = mlp_head(2 * c.d, (c.final_fc_dim, c.final_fc_dim2), c.dropout)
+
+    def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
+        x, y = self.embed(batch.q, batch.r, batch.pid)  # [B, L, D] each
+        L = x.shape[1]
+        strict = causal_mask(L, x.device, strict=True)  # [L, L]
+        mask = (strict & batch.mask[:, None, :]).unsqueeze(1)  # [B, 1, L, L]: no padded key
+        h = x
+        maps: dict[str, torch.Tensor] = {}
+        for i, layer in enumerate(self.blocks):
+            h, w = layer(h, h, y, mask, return_attention)  # [B, L, D]
+            if w is not None:
+                maps[f"block{i}"] = w
+        logits = self.out(torch.cat([h, x], dim=-1)).squeeze(-1)  # [B, L]
+        return ModelOutput(logits=logits, attention=maps if return_attention else None)

@@ -1,0 +1,141 @@
+"""stableKT: the penumbral score and the biased attention against plain loops, ALiBi slopes,
+gradients on repeated vectors, any length, the paper preset's size."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kt_lib.audit import random_batch
+from kt_lib.models import build_model
+from kt_lib.nn.attention import causal_mask
+from kt_lib.nn.reference import PENUMBRAL_EPS, alibi_slopes, penumbral_scores, stable_attention
+
+R, GAMMA = 0.5, 0.7
+
+
+def _sig(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
+
+
+def _penumbral(qv: list[float], kv: list[float]) -> float:
+    """The authors' penumbral score for two vectors, scalar by scalar."""
+    eps = PENUMBRAL_EPS
+    zq, zk = R * _sig(qv[-1]), R * _sig(kv[-1])
+    uq, uk = [x * zq for x in qv[:-1]], [x * zk for x in kv[:-1]]
+    delta = math.sqrt(sum((a - b) ** 2 for a, b in zip(uq, uk, strict=True)))
+    rq, rk = math.sqrt(R**2 - zq**2 + eps), math.sqrt(R**2 - zk**2 + eps)
+    if delta <= rq or (delta - rq) ** 2 + zk**2 <= R**2:
+        lca = max(zq**2, zk**2, R**2 - ((rq + rk - delta) / 2) ** 2)
+    else:
+        lca = ((delta**2 + zk**2 - zq**2) / (2 * delta + eps)) ** 2 + zq**2
+    return -GAMMA * lca
+
+
+def test_penumbral_scores_match_a_loop_in_and_out_of_the_cone():
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 5, 4, generator=g, dtype=torch.float64) * 3  # far apart: out of cone too
+    k = torch.randn(2, 6, 4, generator=g, dtype=torch.float64) * 3
+    got = penumbral_scores(q, k, R, GAMMA)
+    for b in range(2):
+        for i in range(5):
+            for j in range(6):
+                want = _penumbral(q[b, i].tolist(), k[b, j].tolist())
+                assert got[b, i, j].item() == pytest.approx(want, abs=1e-9), (b, i, j)
+
+
+def test_stable_attention_matches_a_loop():
+    g = torch.Generator().manual_seed(1)
+    B, H, L, Dh = 2, 4, 6, 3
+    q, k, v = (torch.randn(B, H, L, Dh, generator=g, dtype=torch.float64) for _ in range(3))
+    slopes = alibi_slopes(H).double()
+    mask = causal_mask(L, strict=True)
+    out, w = stable_attention(q, k, v, slopes, R, GAMMA, mask)
+    for b in range(B):
+        for h in range(H):
+            for i in range(L):
+                if i == 0:  # no readable key: zero weights and output
+                    assert w[b, h, 0].abs().max() == 0 and out[b, h, 0].abs().max() == 0
+                    continue
+                s = []
+                for j in range(i):
+                    qi, kj = q[b, h, i].tolist(), k[b, h, j].tolist()
+                    raw = (
+                        sum(a * c for a, c in zip(qi, kj, strict=True))
+                        if h < H // 2
+                        else _penumbral(qi, kj)
+                    )
+                    s.append(raw / math.sqrt(Dh) - slopes[h].item() * (i - j))
+                top = max(s)
+                e = [math.exp(x - top) for x in s]
+                ws = [x / sum(e) for x in e]
+                assert w[b, h, i, :i].tolist() == pytest.approx(ws, abs=1e-9)
+                o = [sum(ws[j] * v[b, h, j, d].item() for j in range(i)) for d in range(Dh)]
+                assert out[b, h, i].tolist() == pytest.approx(o, abs=1e-9)
+
+
+def test_repeated_vectors_give_finite_gradients():
+    q = torch.randn(1, 2, 5, 4, dtype=torch.float64)
+    q[:, :, 3] = q[:, :, 1]  # the same question twice: delta = 0 between them
+    q.requires_grad_(True)
+    out, _ = stable_attention(
+        q, q, q, alibi_slopes(2).double(), R, GAMMA, causal_mask(5, strict=True)
+    )
+    out.sum().backward()
+    assert torch.isfinite(q.grad).all()
+
+
+def test_alibi_slopes():
+    assert alibi_slopes(8).tolist() == [2.0 ** -(h + 1) for h in range(8)]
+    assert alibi_slopes(4).tolist() == [2.0 ** -(2 * (h + 1)) for h in range(4)]
+    six = alibi_slopes(6).tolist()  # 4 heads' slopes, then every other one of 8 heads'
+    assert six == [2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8, 2.0**-1, 2.0**-3]
+
+
+def test_runs_past_any_position_table_and_never_reads_padded_keys():
+    torch.manual_seed(0)
+    model = build_model("stablekt", preset="tiny", num_c=5).eval()
+    with torch.no_grad():
+        assert torch.isfinite(model(random_batch(5, B=1, L=1100, ragged=False)).logits).all()
+        batch = random_batch(5, B=2, L=8, ragged=False, seed=2)
+        batch.mask[:, 2:4] = False  # a gap: those keys are never read by later queries
+        base = model(batch).logits
+        batch.q[:, 2:4], batch.r[:, 2:4] = 4, 1 - batch.r[:, 2:4]
+        assert torch.equal(model(batch).logits[:, 4:], base[:, 4:])
+
+
+def test_paper_preset_size():
+    model = build_model("stablekt", preset="paper", num_c=100)
+    c = model.config
+    assert (c.d, c.n_heads, c.n_blocks, c.d_ff, c.final_fc_dim, c.radius, c.gamma) == (
+        256,
+        8,
+        4,
+        256,
+        256,
+        0.5,
+        0.7,
+    )
+    n = sum(p.numel() for p in model.parameters())
+    # embeddings 100 x 256 + 2 x 256; 4 blocks of (3 x 256^2 + 3 x 256 attention, 2 LayerNorms,
+    # FFN 256-256-256); MLP 512-256-256-1
+    block = 3 * (256 * 256 + 256) + 2 * 512 + 2 * (256 * 256 + 256)
+    mlp = 512 * 256 + 256 + 256 * 256 + 256 + 257
+    assert n == 100 * 256 + 2 * 256 + 4 * block + mlp
+    pid = build_model("stablekt", preset="pykt", num_c=100, num_pid=1000)
+    assert pid.embed.mu.weight.shape == (1000, 256)
+
+
+def test_checkpointed_attention_gives_the_same_gradients():
+    grads = []
+    batch = random_batch(6, B=3, L=10, seed=4)
+    for ckpt in (False, True):
+        torch.manual_seed(0)
+        model = build_model("stablekt", preset="tiny", num_c=6, checkpoint=ckpt).train()
+        torch.manual_seed(1)  # the same dropout draws
+        model.loss(model(batch), batch)["total"].backward()
+        grads.append([p.grad for p in model.parameters()])
+    for a, b in zip(*grads, strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
