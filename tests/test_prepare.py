@@ -273,15 +273,22 @@ def test_errors_name_file_line_and_column(tmp_path):
     path.write_text("user_id,log_id,sequence_id,correct\n1,1,3,1\n,,,\n \t\n\n3,1,1,x\n")
     with pytest.raises(ValueError, match=r"f15.csv line 6, column 'correct': 'x' is not a"):
         prepare("assist2015", path, tmp_path / "o")
-    path.write_text("user_id\tlog_id\tsequence_id\tcorrect\n1\t1\t3\t1\n\t\n \n3\t1\t1\tx\n")
+    path.write_text("user_id\tlog_id\tsequence_id\tcorrect\n1\t1\t3\t1\n\t\t\t\n \n3\t1\t1\tx\n")
     with pytest.raises(ValueError, match=r"f15.csv line 5, column 'correct': 'x' is not a"):
-        prepare("assist2015", path, tmp_path / "o")  # tabs: a line of one tab is a row
+        prepare("assist2015", path, tmp_path / "o")  # tabs: a line of empty cells is a row
+    path.write_text("user_id\tlog_id\tsequence_id\tcorrect\n1\t1\t3\t1\n\t\n3\t1\t1\t1\n")
+    with pytest.raises(
+        ValueError, match=r"f15.csv line 3: 2 fields, but the header \(line 1\) has 4: "
+    ):
+        prepare("assist2015", path, tmp_path / "o")  # a line of one tab: a row of 2 fields
     (tmp_path / "e15.csv").write_text("user_id,log_id,sequence_id,correct\n")
     with pytest.raises(ValueError, match=r"e15.csv line 2: no data rows after the header"):
         prepare("assist2015", tmp_path / "e15.csv", tmp_path / "o")
     path = tmp_path / "d15.csv"
     path.write_text("user_id,log_id,sequence_id,correct\n1,1,3,1\n1,2,3,1,7\n")
-    with pytest.raises(ValueError, match=r"d15.csv: .*Expected 4 fields in line 3, saw 5"):
+    with pytest.raises(
+        ValueError, match=r"d15.csv line 3: 5 fields, but the header \(line 1\) has 4"
+    ):
         prepare("assist2015", path, tmp_path / "o")
     with pytest.raises(ValueError, match="assist2015 has no partial-credit columns"):
         prepare("assist2015", raw, tmp_path / "o", ordinal=True)

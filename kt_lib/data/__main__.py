@@ -28,6 +28,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     pp.add_argument("--max-users", type=int, default=None, help="EdNet: pykt's first N users")
     pp.add_argument("--task", default=d.task, help="Eedi task: 1_2 or 3_4")
+    pp.add_argument(
+        "--skip-bad-rows",
+        action="store_const",
+        const="skip",
+        default=d.bad_rows,
+        dest="bad_rows",
+        help="leave out raw rows with fewer or more fields than the header (counted in "
+        "prepare.json) instead of refusing the file",
+    )
     return p
 
 

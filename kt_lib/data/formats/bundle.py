@@ -16,7 +16,13 @@ import pandas as pd
 from ..dataset import KTDataset
 from ..splits import kfold, split_students
 from ..synthetic import simulate
-from .detect import _datasets_toml, _detect, _line_files, _toml_format, _toml_sizes
+from .detect import (
+    _datasets_toml,
+    _detect,
+    _line_files,
+    _toml_format,
+    _toml_sizes,
+)
 from .lines import _LINE_FIELDS, _id_base, _line_dataset, _read_records
 from .log import read_log
 from .pykt import read_pykt
@@ -240,8 +246,11 @@ def load_bundle(
         )
     d = None if data_dir is None else Path(data_dir)
     auto = data_format == "auto"
+    name = None
     if auto:
-        data_format, why = _detect(d, kw)
+        data_format, why, found = _detect(d, kw)
+        if found != d:  # the pykt subfolder of a folder of layouts: named like the folder
+            name, d = f"{d.name}/{found.name}", found
     if data_format in _FOLDER_FORMATS and not d.is_dir():
         if d.is_file():
             raise ValueError(
@@ -250,6 +259,7 @@ def load_bundle(
             )
         raise FileNotFoundError(f"{d}: no such folder (data_format={data_format!r})")
     got = _LOADERS[data_format](d, fold, valid_frac, seed, dict(kw))
+    got = got._replace(name=name or got.name)
     # One vocabulary for the three splits: the max over them (or the declared sizes).
     shared = {
         k: max(getattr(x, k) for x in (got.train, got.valid, got.test))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import formats
-from . import assistments, datashop, ednet, eedi
+from . import assistments, datashop, ednet, eedi, raw
 from .core import RawLog, build
 from .write import write_lines, write_pykt, write_record
 
@@ -36,12 +36,16 @@ class PrepareOptions:
     max_users: int | None = None  # EdNet: the first N users of pykt's sample order (5000 = pykt)
     task: str | None = None  # Eedi: NeurIPS 2020 tasks "1_2" or "3_4"; None: the train file's
     # name (train_task_3_4.csv), else "1_2"
+    bad_rows: str = "error"  # a raw row of another field count than the header: "error" or
+    # "skip" (left out, counted in prepare.json's dropped rows and its input's skipped_rows)
 
     def __post_init__(self) -> None:
         if self.min_seq_len < 1:
             raise ValueError(f"min_seq_len must be >= 1, got {self.min_seq_len}")
         if self.max_users is not None and self.max_users < 1:
             raise ValueError(f"max_users must be >= 1, got {self.max_users}")
+        if self.bad_rows not in raw.BAD_ROWS:
+            raise ValueError(f"bad_rows must be one of {list(raw.BAD_ROWS)}, got {self.bad_rows!r}")
 
 
 Reader = Callable[[Path, PrepareOptions], RawLog]
@@ -91,7 +95,8 @@ def prepare(name: str, raw_path: str | Path, out_dir: str | Path, **options: Any
     raw_path, out = Path(raw_path), Path(out_dir)
     if not raw_path.exists():
         raise FileNotFoundError(f"{raw_path}: no such raw file or folder for {name}")
-    log = DATASETS[name](raw_path, opts)
+    with raw.bad_rows(opts.bad_rows):
+        log = DATASETS[name](raw_path, opts)
     seq = build(log, opts.min_seq_len, opts.seed, opts.test_frac, opts.n_folds)
     out.mkdir(parents=True, exist_ok=True)
     (out / "prepare.json").unlink(missing_ok=True)  # its absence marks a folder being written
