@@ -202,14 +202,14 @@ def _detect(d: Path, kw: dict) -> tuple[str, str, Path]:
 
 
 def _layout_subfolders(d: Path, prefix: str) -> dict[str, str]:
-    """Subfolder name -> "pykt" or "line3/line4" for each subfolder that holds a layout (the
+    """Subfolder name -> "pykt" or "3/4-line" for each subfolder that holds a layout (the
     folder `kt prepare` writes holds pykt/ and line3/ or line4/)."""
     out = {}
     for sub in sorted(p for p in d.iterdir() if p.is_dir()):
         if (sub / "train_valid.csv").is_file():
             out[sub.name] = "pykt"
         elif _glob_split(sub, prefix, "train*") and _glob_split(sub, prefix, "test*"):
-            out[sub.name] = "line3/line4"
+            out[sub.name] = "3/4-line"
     return out
 
 
