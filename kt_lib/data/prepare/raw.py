@@ -35,6 +35,7 @@ from ..formats.sniff import decode_wide, null_error, sniff
 
 _ENCODINGS = ("utf-8", "latin-1")  # tried in order; latin-1 decodes any byte
 _CHUNK_ROWS = 500_000
+_BLOCK = 1 << 26  # bytes per block when counting the fields of each line
 _PROGRESS_BYTES = 50 << 20  # a progress bar for files above 50 MB
 
 
@@ -131,11 +132,43 @@ class RawTable:
             reader = csv.reader(lines(), delimiter=self.sep, quoting=self.quoting)
             start, seen = 1, -2  # the header is row -1
             for fields in reader:
-                one_line = reader.line_num == start
-                if not (one_line and set(last[0].rstrip("\r\n")) <= blank):
+                n = len(fields)  # a line holding the separator is never blank
+                if n > 1 or not (reader.line_num == start and set(last[0].rstrip("\r\n")) <= blank):
                     seen += 1
-                    yield seen, start, len(fields)
+                    yield seen, start, n
                 start = reader.line_num + 1
+
+    def _widths(self) -> np.ndarray:
+        """[data rows, 2]: the line where each row starts and its field count. Lines are
+        counted in blocks with numpy unless a quote or a lone carriage return asks for the csv
+        walk."""
+        sep, blank = ord(self.sep), (" \t".replace(self.sep, "")).encode()
+        got: list[np.ndarray] = []
+        line0, tail = 1, b""
+        src = io.BytesIO(self.data) if self.data is not None else open(self.path, "rb")
+        with src as f:
+            while True:
+                chunk = f.read(_BLOCK)
+                buf = tail + chunk + (b"" if chunk or not tail else b"\n")
+                cut = buf.rfind(b"\n") + 1
+                block, tail = buf[:cut], buf[cut:]
+                a = np.frombuffer(block, dtype=np.uint8)
+                quoted = self.quoting != csv.QUOTE_NONE and (a == ord('"')).any()
+                cr = np.flatnonzero(a == 13)
+                if quoted or (a[np.minimum(cr + 1, len(a) - 1)] != 10).any():
+                    return np.array([w for _, *w in self.walk()][1:], dtype=np.int64).reshape(-1, 2)
+                nl = np.flatnonzero(a == 10)
+                n = np.diff(np.searchsorted(np.flatnonzero(a == sep), nl), prepend=0) + 1
+                keep = n > 1
+                starts = np.concatenate([[0], nl[:-1] + 1]).astype(np.int64)
+                for k in np.flatnonzero(~keep).tolist():  # one field: a row unless blank
+                    keep[k] = bool(block[starts[k] : nl[k]].rstrip(b"\r").strip(blank))
+                lines = np.arange(line0, line0 + len(nl), dtype=np.int64)
+                got.append(np.stack([lines[keep], n[keep]], axis=1))
+                line0 += len(nl)
+                if not chunk:
+                    break
+        return np.concatenate(got)[1:]
 
     def ends_mid_line(self) -> bool:
         """Whether the file's last byte is not a line break (its last row may be cut short)."""
@@ -159,8 +192,7 @@ class RawTable:
         from the frame, whose index becomes the row's place in the file again."""
         if not suspects.any() and not long_rows:
             return
-        rows = np.array([(start, width) for _, start, width in self.walk()][1:], dtype=np.int64)
-        rows = rows.reshape(-1, 2)
+        rows = self._widths()
         width = rows[:, 1]
         bad = width != len(names)
         if _BAD_ROWS.get() == "error":
