@@ -283,6 +283,10 @@ def _read_frame(table: RawTable, keep: list[str], names: list[str]) -> pd.DataFr
 def _parser_error(table: RawTable, e: pd.errors.ParserError, names: list[str]) -> ValueError:
     """pandas' tokenizer error as `path line L: ...`."""
     if m := re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(e)):
+        rows = table._widths()  # a short row may come before the long one pandas stopped at
+        if (bad := rows[:, 1] != len(names)).any():
+            i = int(np.argmax(bad))
+            return table._width_error(*rows[i].tolist(), names, i == len(rows) - 1)
         return table._width_error(int(m.group(2)), int(m.group(3)), names, False)
     if "EOF inside string" in str(e):
         *_, (_, start, _) = table.walk()
