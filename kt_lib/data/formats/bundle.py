@@ -230,8 +230,10 @@ def load_bundle(
     its parent declares `num_c`/`num_pid`. pykt: fold k (0..4, default 0) of train_valid.csv is
     valid, test.csv test. log/synthetic: seeded 70/10/20 (`fractions=` for log), or with fold=k
     (0..4) that test part and fold k of a 5-fold split of the rest. auto: the layout of
-    `data_dir` (pykt folder, 3/4-line folder by record structure, one log CSV); the protocol
-    says what was detected and `Bundle.data_format` holds the concrete format.
+    `data_dir` (pykt folder, 3/4-line folder by record structure, one log CSV; a folder of
+    layouts such as `kt prepare`'s output reads its pykt/ subfolder, and several pykt
+    subfolders are an error naming them); the protocol says what was detected and
+    `Bundle.data_format` holds the concrete format.
     """
     formats = ["auto", *_LOADERS]
     if data_format not in formats:

@@ -1,11 +1,12 @@
 """Shared by every reader: integer tokens, where a value sits (file, 1-based line), range checks,
 CSV tables and JSON side files.
 
-Text is UTF-8; an integer is an optional sign and ASCII digits that fit in int64 (no `1_0`, no
-`1.0`); blank lines keep their place in the line count; responses lie in {0, ..., K-1}; a student
-without interactions is dropped with a warning. Parsing is vectorised: all tokens of a field go
-through one numpy conversion and one range check, and only when that fails is the file walked
-again to point at the first bad token.
+Text is UTF-8 (a UTF-16/UTF-32 file, or one holding null bytes, is refused naming what it is; a
+CSV row of another width than the header names the missing columns); an integer is an optional
+sign and ASCII digits that fit in int64 (no `1_0`, no `1.0`); blank lines keep their place in the
+line count; responses lie in {0, ..., K-1}; a student without interactions is dropped with a
+warning. Parsing is vectorised: all tokens of a field go through one numpy conversion and one
+range check, and only when that fails is the file walked again to point at the first bad token.
 """
 
 from __future__ import annotations
