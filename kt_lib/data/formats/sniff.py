@@ -69,7 +69,8 @@ def null_error(path: Path, data: bytes, at: int, encoding: str) -> ValueError:
     line = data.count(b"\n", 0, at) + 1
     return ValueError(
         f"{path} line {line}: null byte (0x00) at byte {at} of a file that reads as {encoding}: "
-        "text files hold none (a damaged or partly zero-filled download, or a binary file)"
+        "text files hold none (a damaged or partly zero-filled download, a binary file, or "
+        "UTF-16/UTF-32 text without a byte-order mark)"
     )
 
 
