@@ -21,6 +21,7 @@ from prepare_helpers import (
 )
 
 from kt_lib.data.__main__ import main
+from kt_lib.data.formats import load_bundle
 from kt_lib.data.prepare import prepare
 from kt_lib.data.prepare.core import split_folds
 
@@ -273,15 +274,22 @@ def test_errors_name_file_line_and_column(tmp_path):
     path.write_text("user_id,log_id,sequence_id,correct\n1,1,3,1\n,,,\n \t\n\n3,1,1,x\n")
     with pytest.raises(ValueError, match=r"f15.csv line 6, column 'correct': 'x' is not a"):
         prepare("assist2015", path, tmp_path / "o")
-    path.write_text("user_id\tlog_id\tsequence_id\tcorrect\n1\t1\t3\t1\n\t\n \n3\t1\t1\tx\n")
+    path.write_text("user_id\tlog_id\tsequence_id\tcorrect\n1\t1\t3\t1\n\t\t\t\n \n3\t1\t1\tx\n")
     with pytest.raises(ValueError, match=r"f15.csv line 5, column 'correct': 'x' is not a"):
-        prepare("assist2015", path, tmp_path / "o")  # tabs: a line of one tab is a row
+        prepare("assist2015", path, tmp_path / "o")  # tabs: a line of empty cells is a row
+    path.write_text("user_id\tlog_id\tsequence_id\tcorrect\n1\t1\t3\t1\n\t\n3\t1\t1\t1\n")
+    with pytest.raises(
+        ValueError, match=r"f15.csv line 3: 2 fields, but the header \(line 1\) has 4: "
+    ):
+        prepare("assist2015", path, tmp_path / "o")  # a line of one tab: a row of 2 fields
     (tmp_path / "e15.csv").write_text("user_id,log_id,sequence_id,correct\n")
     with pytest.raises(ValueError, match=r"e15.csv line 2: no data rows after the header"):
         prepare("assist2015", tmp_path / "e15.csv", tmp_path / "o")
     path = tmp_path / "d15.csv"
     path.write_text("user_id,log_id,sequence_id,correct\n1,1,3,1\n1,2,3,1,7\n")
-    with pytest.raises(ValueError, match=r"d15.csv: .*Expected 4 fields in line 3, saw 5"):
+    with pytest.raises(
+        ValueError, match=r"d15.csv line 3: 5 fields, but the header \(line 1\) has 4"
+    ):
         prepare("assist2015", path, tmp_path / "o")
     with pytest.raises(ValueError, match="assist2015 has no partial-credit columns"):
         prepare("assist2015", raw, tmp_path / "o", ordinal=True)
@@ -316,3 +324,65 @@ def test_cli_prepares_and_reports_errors(tmp_path, capsys):
 
 def record_path_ok(out) -> bool:
     return (out / "prepare.json").is_file() and (out / "pykt" / "train_valid.csv").is_file()
+
+
+def _a15_rows(n_students: int = 10) -> list[dict]:
+    return _filler(
+        n_students,
+        4,
+        user_id=lambda s, j: s,
+        log_id=lambda s, j: 10 * s + j,
+        sequence_id=lambda s, j: j,
+        correct=lambda s, j: (s + j) % 2,
+    )
+
+
+def test_rows_of_another_width_are_refused_or_skipped_and_counted(tmp_path, capsys):
+    raw = write_rows(tmp_path / "2015_100_skill_builders_main_problems.csv", A15, _a15_rows())
+    clean = raw.read_text().splitlines()
+    lines = list(clean)
+    lines[4] = "1,13,3"  # short of `correct`
+    lines[9] = lines[9] + ",7"  # one field too many
+    raw.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"line 5: 3 fields, but the header \(line 1\) has 4: "):
+        prepare("assist2015", raw, tmp_path / "o", n_folds=2)
+    res = prepare("assist2015", raw, tmp_path / "o", n_folds=2, bad_rows="skip")
+    c = record(res)["counts"]
+    assert c["rows_read"] == 40 and c["rows"] == 38
+    assert c["dropped"]["fewer or more fields than the header (bad_rows='skip')"] == 2
+    assert record(res)["inputs"][0]["skipped_rows"] == 2
+    assert record(res)["options"]["bad_rows"] == "skip"
+    check_counts(res)
+    assert all_students(res)["1"][1] == [1, 0, 1]  # row 1/13 left out, the others kept
+    raw.write_text("\n".join(clean[:-1] + [clean[-1][:3]]))  # the last row cut mid-way
+    with pytest.raises(
+        ValueError, match=r"line 41: 2 fields.*missing \['sequence_id', 'correct'\] "
+    ):
+        prepare("assist2015", raw, tmp_path / "o", n_folds=2)
+    with pytest.raises(ValueError, match="the file ends inside this row"):
+        prepare("assist2015", raw, tmp_path / "o", n_folds=2)
+    argv = ["prepare", "assist2015", str(raw), str(tmp_path / "o"), "--folds", "2"]
+    assert main(argv) == 2
+    assert "line 41: 2 fields" in capsys.readouterr().err
+    assert main([*argv, "--skip-bad-rows"]) == 0
+    assert "fewer or more fields than the header (bad_rows='skip'): 1" in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"bad_rows must be one of \['error', 'skip'\]"):
+        prepare("assist2015", raw, tmp_path / "o", bad_rows="fill")
+
+
+def test_auto_reads_the_pykt_subfolder_of_a_prepared_folder(tmp_path):
+    raw = write_rows(tmp_path / "raw.csv", A15, _a15_rows())
+    res = prepare("assist2015", raw, tmp_path / "a15", n_folds=2, min_seq_len=1)
+    b = load_bundle(tmp_path / "a15", "auto")
+    assert "auto -> pykt (subfolder pykt/ of a folder of layouts: line3/ (3/4-line), " in b.protocol
+    assert b.name == "a15/pykt" and b.data_dir == str(res.pykt_dir)
+    want = res.bundle(0)
+    assert [s.q.tolist() for s in b.test.students] == [s.q.tolist() for s in want.test.students]
+    (tmp_path / "a15" / "old").mkdir()
+    (tmp_path / "a15" / "old" / "train_valid.csv").write_text("fold,concepts,responses\n0,1,1\n")
+    with pytest.raises(
+        ValueError,
+        match=r"subfolders holding layouts: line3/ \(3/4-line\), "
+        r"old/ \(pykt\), pykt/ \(pykt\); pass one of them",
+    ):
+        load_bundle(tmp_path / "a15", "auto")

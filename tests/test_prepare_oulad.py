@@ -167,7 +167,10 @@ def test_errors_name_file_line_and_value(tmp_path):
     write_rows(short, SCORES, _rows())
     short.write_text(short.read_text().replace("11391,1753,230,0,59", "11391,1753,230,0"))
     (short.parent / "assessments.csv").write_bytes((raw / "assessments.csv").read_bytes())
-    with pytest.raises(ValueError, match=r"studentAssessment.csv line 5, column 'score': empty"):
+    with pytest.raises(
+        ValueError,
+        match=r"studentAssessment.csv line 5: 4 fields, but the header \(line 1\) has 5: missing \['score'\]",
+    ):
         prepare("oulad", short, tmp_path / "o")
     bad = _assessments()
     bad[2]["code_presentation"] = "2013X"

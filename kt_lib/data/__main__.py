@@ -42,6 +42,15 @@ def _parser() -> argparse.ArgumentParser:
         help="OULAD: keep banked results (grades carried over from an earlier presentation; "
         "dropped by default: their date is not when the work was done)",
     )
+    pp.add_argument(
+        "--skip-bad-rows",
+        action="store_const",
+        const="skip",
+        default=d.bad_rows,
+        dest="bad_rows",
+        help="leave out raw rows with fewer or more fields than the header (counted in "
+        "prepare.json) instead of refusing the file",
+    )
     return p
 
 

@@ -16,7 +16,13 @@ import pandas as pd
 from ..dataset import KTDataset
 from ..splits import kfold, split_students
 from ..synthetic import simulate
-from .detect import _datasets_toml, _detect, _line_files, _toml_format, _toml_sizes
+from .detect import (
+    _datasets_toml,
+    _detect,
+    _line_files,
+    _toml_format,
+    _toml_sizes,
+)
 from .lines import _LINE_FIELDS, _id_base, _line_dataset, _read_records
 from .log import read_log
 from .pykt import read_pykt
@@ -224,8 +230,10 @@ def load_bundle(
     its parent declares `num_c`/`num_pid`. pykt: fold k (0..4, default 0) of train_valid.csv is
     valid, test.csv test. log/synthetic: seeded 70/10/20 (`fractions=` for log), or with fold=k
     (0..4) that test part and fold k of a 5-fold split of the rest. auto: the layout of
-    `data_dir` (pykt folder, 3/4-line folder by record structure, one log CSV); the protocol
-    says what was detected and `Bundle.data_format` holds the concrete format.
+    `data_dir` (pykt folder, 3/4-line folder by record structure, one log CSV; a folder of
+    layouts such as `kt prepare`'s output reads its pykt/ subfolder, and several pykt
+    subfolders are an error naming them); the protocol says what was detected and
+    `Bundle.data_format` holds the concrete format.
     """
     formats = ["auto", *_LOADERS]
     if data_format not in formats:
@@ -240,8 +248,11 @@ def load_bundle(
         )
     d = None if data_dir is None else Path(data_dir)
     auto = data_format == "auto"
+    name = None
     if auto:
-        data_format, why = _detect(d, kw)
+        data_format, why, found = _detect(d, kw)
+        if found != d:  # the pykt subfolder of a folder of layouts: named like the folder
+            name, d = f"{d.name}/{found.name}", found
     if data_format in _FOLDER_FORMATS and not d.is_dir():
         if d.is_file():
             raise ValueError(
@@ -250,6 +261,7 @@ def load_bundle(
             )
         raise FileNotFoundError(f"{d}: no such folder (data_format={data_format!r})")
     got = _LOADERS[data_format](d, fold, valid_frac, seed, dict(kw))
+    got = got._replace(name=name or got.name)
     # One vocabulary for the three splits: the max over them (or the declared sizes).
     shared = {
         k: max(getattr(x, k) for x in (got.train, got.valid, got.test))

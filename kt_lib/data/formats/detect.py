@@ -169,26 +169,48 @@ def _sniff_lines(path: Path) -> str:
     return fits[0] if fits else max(reach, key=reach.get)
 
 
-def _detect(d: Path, kw: dict) -> tuple[str, str]:
-    """(format, why) of `data_dir` for data_format='auto'."""
+def _detect(d: Path, kw: dict) -> tuple[str, str, Path]:
+    """(format, why, folder or file it reads) of `data_dir` for data_format='auto'; a folder of
+    layouts (`kt prepare`'s output) reads its pykt subfolder."""
     if d.is_file():
-        return "log", "one CSV file"
+        return "log", "one CSV file", d
     if not d.is_dir():
         raise FileNotFoundError(f"{d}: no such file or folder (data_format='auto')")
     if (d / "train_valid.csv").is_file():
-        return "pykt", "train_valid.csv"
+        return "pykt", "train_valid.csv", d
     prefix = kw.get("prefix", "*")
     split_files = _glob_split(d, prefix, "train*") + _glob_split(d, prefix, "test*")
     if split_files:
         if (toml := _datasets_toml(d, split_files)) and (fmt := _toml_format(toml)):
-            return fmt, f"inputs in {toml.path.name} [{toml.section}]"
-        return _sniff_lines(split_files[0]), f"records of {split_files[0].name}"
+            return fmt, f"inputs in {toml.path.name} [{toml.section}]", d
+        return _sniff_lines(split_files[0]), f"records of {split_files[0].name}", d
     if len(csvs := sorted(d.glob("*.csv"))) == 1:
-        return "log", f"one CSV file, {csvs[0].name}"
+        return "log", f"one CSV file, {csvs[0].name}", d
+    if subs := _layout_subfolders(d, prefix):
+        pykt = [s for s, fmt in subs.items() if fmt == "pykt"]
+        found = ", ".join(f"{s}/ ({fmt})" for s, fmt in subs.items())
+        if len(pykt) != 1:
+            raise ValueError(
+                f"{d}: data_format='auto' found no layout in the folder itself but subfolders "
+                f"holding layouts: {found}; pass one of them as data_dir"
+            )
+        return "pykt", f"subfolder {pykt[0]}/ of a folder of layouts: {found}", d / pykt[0]
     raise FileNotFoundError(
         f"{d}: data_format='auto' found no layout it knows: no train_valid.csv (pykt), no "
         f"train/test files ({_FOLDER_HELP}), not one *.csv (interaction log)"
     )
+
+
+def _layout_subfolders(d: Path, prefix: str) -> dict[str, str]:
+    """Subfolder name -> "pykt" or "3/4-line" for each subfolder that holds a layout (the
+    folder `kt prepare` writes holds pykt/ and line3/ or line4/)."""
+    out = {}
+    for sub in sorted(p for p in d.iterdir() if p.is_dir()):
+        if (sub / "train_valid.csv").is_file():
+            out[sub.name] = "pykt"
+        elif _glob_split(sub, prefix, "train*") and _glob_split(sub, prefix, "test*"):
+            out[sub.name] = "3/4-line"
+    return out
 
 
 def detect_format(data_dir: str | Path, **kw) -> str:

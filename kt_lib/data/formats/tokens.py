@@ -1,11 +1,12 @@
 """Shared by every reader: integer tokens, where a value sits (file, 1-based line), range checks,
 CSV tables and JSON side files.
 
-Text is UTF-8; an integer is an optional sign and ASCII digits that fit in int64 (no `1_0`, no
-`1.0`); blank lines keep their place in the line count; responses lie in {0, ..., K-1}; a student
-without interactions is dropped with a warning. Parsing is vectorised: all tokens of a field go
-through one numpy conversion and one range check, and only when that fails is the file walked
-again to point at the first bad token.
+Text is UTF-8 (a UTF-16/UTF-32 file, or one holding null bytes, is refused naming what it is; a
+CSV row of another width than the header names the missing columns); an integer is an optional
+sign and ASCII digits that fit in int64 (no `1_0`, no `1.0`); blank lines keep their place in the
+line count; responses lie in {0, ..., K-1}; a student without interactions is dropped with a
+warning. Parsing is vectorised: all tokens of a field go through one numpy conversion and one
+range check, and only when that fails is the file walked again to point at the first bad token.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from ..dataset import StudentSeq
+from .sniff import null_error, sniff, wide_error
 
 PathLike = str | os.PathLike
 
@@ -38,9 +40,15 @@ def _allowed(K: int) -> str:
 
 
 def _read_text(path: Path) -> str:
-    """The file decoded as UTF-8 (a BOM is dropped), or an error naming the line and bad bytes."""
+    """The file decoded as UTF-8 (a BOM is dropped), or an error naming the line and bad bytes;
+    a UTF-16/UTF-32 file (`sniff`) or one holding null bytes is refused, naming what it is."""
+    data = path.read_bytes()
+    if found := sniff(data):
+        raise wide_error(path, found)
+    if (at := data.find(b"\x00")) >= 0:
+        raise null_error(path, data, at, "UTF-8")
     try:
-        return path.read_bytes().decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = e.object.count(b"\n", 0, e.start) + 1
         bad = e.object[e.start : e.end]
@@ -185,13 +193,23 @@ def _read_csv(
     if (bad := width != len(header)).any():
         i = int(np.argmax(bad))
         trailing = width[i] == len(header) + 1 and not rows[i][-1]
+        why = " (a trailing comma adds an empty field)" if trailing else ""
+        if width[i] < len(header):
+            why = f": missing {header[width[i] :]}" + _cut_short(text, i == len(rows) - 1)
         raise ValueError(
             f"{path} line {lines[i]}: {width[i]} fields, but the header (line {head_line}) has "
-            f"{len(header)}" + (" (a trailing comma adds an empty field)" if trailing else "")
+            f"{len(header)}{why}"
         )
     if len(rows) == 1:
         raise ValueError(f"{path} line {head_line + 1}: no {rows_are} after the header")
     return pd.DataFrame(rows[1:], columns=header, dtype=str), np.array(lines[1:], dtype=np.int64)
+
+
+def _cut_short(text: str, last: bool) -> str:
+    """The note for a short last row of a file that ends without a line break: it was cut."""
+    if last and text[-1:] not in "\r\n":
+        return " (the file ends inside this row: cut short?)"
+    return ""
 
 
 def _int_column(df: pd.DataFrame, col: str, where: _Where) -> np.ndarray:

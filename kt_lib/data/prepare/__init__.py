@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import formats
-from . import assistments, datashop, ednet, eedi, oulad
+from . import assistments, datashop, ednet, eedi, oulad, raw
 from .core import RawLog, build
 from .write import write_lines, write_pykt, write_record
 
@@ -38,6 +38,8 @@ class PrepareOptions:
     # name (train_task_3_4.csv), else "1_2"
     bands: int | None = None  # OULAD: K of the score bands, 5, 4 or 2; None: 5 (oulad.py)
     keep_banked: bool = False  # OULAD: keep results carried over from an earlier presentation
+    bad_rows: str = "error"  # a raw row of another field count than the header: "error" or
+    # "skip" (left out, counted in prepare.json's dropped rows and its input's skipped_rows)
 
     def __post_init__(self) -> None:
         if self.min_seq_len < 1:
@@ -46,6 +48,8 @@ class PrepareOptions:
             raise ValueError(f"max_users must be >= 1, got {self.max_users}")
         if self.bands is not None and self.bands not in oulad.BANDS:
             raise ValueError(f"bands must be one of {sorted(oulad.BANDS)}, got {self.bands}")
+        if self.bad_rows not in raw.BAD_ROWS:
+            raise ValueError(f"bad_rows must be one of {list(raw.BAD_ROWS)}, got {self.bad_rows!r}")
 
 
 Reader = Callable[[Path, PrepareOptions], RawLog]
@@ -101,7 +105,8 @@ def prepare(name: str, raw_path: str | Path, out_dir: str | Path, **options: Any
     raw_path, out = Path(raw_path), Path(out_dir)
     if not raw_path.exists():
         raise FileNotFoundError(f"{raw_path}: no such raw file or folder for {name}")
-    log = DATASETS[name](raw_path, opts)
+    with raw.bad_rows(opts.bad_rows):
+        log = DATASETS[name](raw_path, opts)
     seq = build(log, opts.min_seq_len, opts.seed, opts.test_frac, opts.n_folds)
     out.mkdir(parents=True, exist_ok=True)
     (out / "prepare.json").unlink(missing_ok=True)  # its absence marks a folder being written

@@ -28,7 +28,17 @@ def find_file(raw_path: Path, names: Sequence[str], what: str) -> Path:
 
 
 def table_input(table: RawTable) -> RawInput:
-    return RawInput(str(table.path), table.sha256, table.size, table.encoding)
+    return RawInput(str(table.path), table.sha256, table.size, table.encoding, table.skipped)
+
+
+SKIPPED = "fewer or more fields than the header (bad_rows='skip')"
+
+
+def count_skipped(drops: Drops, table: RawTable) -> int:
+    """Rows read from `table`, those its field-count check left out counted as dropped."""
+    if table.skipped:
+        drops.counts[SKIPPED] = drops.counts.get(SKIPPED, 0) + table.skipped
+    return len(table.frame) + table.skipped
 
 
 def binary(frame: pd.DataFrame, drops: Drops, column: str, values: pd.Series):
@@ -61,4 +71,5 @@ def make_log(
             values = values.round().astype(np.int64)
         log[name] = values
     inputs = [table_input(table)]
-    return RawLog(log, len(table.frame), drops.counts, inputs, choices, **kw)
+    rows_read = count_skipped(drops, table)
+    return RawLog(log, rows_read, drops.counts, inputs, choices, **kw)

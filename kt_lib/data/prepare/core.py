@@ -37,6 +37,7 @@ class RawInput:
     sha256: str
     bytes: int
     encoding: str = ""
+    skipped_rows: int = 0  # rows of another field count than the header (bad_rows="skip")
 
 
 @dataclass

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
 
-from .common import table_input
+from .common import count_skipped, table_input
 from .core import RawInput, RawLog
 from .raw import Drops, read_table, sha256
 
@@ -83,7 +83,7 @@ def read(raw_path: Path, opts) -> RawLog:
     answer = dict(zip(tagged["question_id"], tagged["correct_answer"], strict=True))
     tags = dict(zip(tagged["question_id"], tagged["tags"], strict=True))
     users = pick_users(files, opts.max_users)
-    frames, digests, encodings, inputs_bytes, rows_read = [], [], set(), 0, 0
+    frames, digests, encodings, inputs_bytes, rows_read, skipped = [], [], set(), 0, 0, 0
     drops = Drops()
     for u in tqdm(users, desc="EdNet-KT1 users", unit="file", disable=len(users) < 1000):
         path = files[u]
@@ -93,7 +93,8 @@ def read(raw_path: Path, opts) -> RawLog:
         t = read_table(path, _COLUMNS, data=data, allow_empty=True)
         f = t.frame
         encodings.add(t.encoding)
-        rows_read += len(f)
+        rows_read += count_skipped(drops, t)
+        skipped += t.skipped
         time, elapsed = t.numbers("timestamp"), t.numbers("elapsed_time")
         f = drops.missing(f, ["user_answer"], "no answer")
         f = drops.missing(f, ["timestamp", "elapsed_time"])
@@ -142,6 +143,7 @@ def read(raw_path: Path, opts) -> RawLog:
             digest,
             inputs_bytes,
             "/".join(sorted(encodings)),
+            skipped,
         ),
     ]
     return RawLog(

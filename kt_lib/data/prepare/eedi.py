@@ -44,9 +44,8 @@ def _find(raw_path: Path, name: str) -> Path:
 def _subjects(table: RawTable) -> dict[str, tuple[int, ...]]:
     """QuestionId -> its subject ids, parsed from the list text of each row."""
     out = {}
-    for row, (q, text) in enumerate(
-        zip(table.frame["QuestionId"], table.frame["SubjectId"], strict=True)
-    ):
+    frame = table.frame
+    for row, q, text in zip(frame.index, frame["QuestionId"], frame["SubjectId"], strict=True):
         try:
             ids = ast.literal_eval(text) if isinstance(text, str) else []
             ids = tuple(int(i) for i in ids)
