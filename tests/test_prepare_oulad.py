@@ -169,7 +169,8 @@ def test_errors_name_file_line_and_value(tmp_path):
     (short.parent / "assessments.csv").write_bytes((raw / "assessments.csv").read_bytes())
     with pytest.raises(
         ValueError,
-        match=r"studentAssessment.csv line 5: 4 fields, but the header \(line 1\) has 5: missing \['score'\]",
+        match=r"studentAssessment.csv line 5: 4 fields, but the header \(line 1\) has 5: "
+        r"missing \['score'\]",
     ):
         prepare("oulad", short, tmp_path / "o")
     bad = _assessments()
