@@ -155,9 +155,13 @@ SKILL_BASELINES = (
     "simplekt",
     "sparsekt_topk",
     "sparsekt_soft",
+    "kqn",
+    "dkt_plus",
     "skvmn",
     "saint",
     "folibikt",
+    "gkt",
+    "stablekt",
     "cl4kt",
 )
 PID_BASELINES = ("qdkt", "dimkt", "atdkt")
