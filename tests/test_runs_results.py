@@ -19,7 +19,10 @@ def test_the_committed_store_reads_through_a_glob(monkeypatch):
         load_results("*.json", root=ROOT / "results")["run_key"].tolist()
         == table["run_key"].tolist()
     )
-    assert table["run_key"].is_unique and set(table["file"]) == {f.name for f in files}
+    # a key is unique within a file; the same run may sit in two studies made on two devices
+    # (base: an H100, leaderboard: this CPU), which the paired statistics never pair
+    assert not table.duplicated(["file", "run_key"]).any()
+    assert set(table["file"]) == {f.name for f in files}
     with pytest.raises(ValueError, match="no results file matches"):
         expand("results/*.nope")
 
