@@ -58,6 +58,21 @@ PUBLISHED: tuple[PublishedResult, ...] = (
     PublishedResult("assist2015", "dkt", 0.7271, PYKT_PAPER, PYKT_PROTOCOL),
     PublishedResult("assist2015", "sakt", 0.7114, PYKT_PAPER, PYKT_PROTOCOL),
     PublishedResult("assist2015", "akt", 0.7281, PYKT_PAPER, PYKT_PROTOCOL),
+    # the field's baselines on pyKT's ASSIST2015 split (pyKT's leaderboard, mean of five folds)
+    *(
+        PublishedResult("assist2015", model, auc, PYKT_PAPER, PYKT_PROTOCOL)
+        for model, auc in (
+            ("simplekt", 0.7248),
+            ("dkvmn", 0.7227),
+            ("sparsekt_soft", 0.7379),
+            ("sparsekt_topk", 0.7502),
+            ("atkt", 0.7245),
+            ("deep_irt", 0.7219),
+            ("gkt", 0.7258),
+            ("skvmn", 0.7080),
+            ("saint", 0.7026),
+        )
+    ),
     PublishedResult("statics2011", "dkt", 0.8222, PYKT_PAPER, PYKT_PROTOCOL),
     PublishedResult("statics2011", "sakt", 0.7965, PYKT_PAPER, PYKT_PROTOCOL),
     PublishedResult("statics2011", "akt", 0.8309, PYKT_PAPER, PYKT_PROTOCOL),

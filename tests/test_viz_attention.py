@@ -50,7 +50,7 @@ def test_collect_attention_every_model(name):
         if not att.is_memory(key):
             assert re.fullmatch(r"h\d+", head) and w.shape == (n, n), key
             assert np.triu(w, 1).max(initial=0) == 0, f"{key} attends to a later step"
-    assert all(not att.is_memory(k) for k in maps) or name == "simakt"
+    assert all(not att.is_memory(k) for k in maps) or MODELS[name].memory_maps  # the tag
     labels = att.step_labels(batch, 1, K)
     assert len(labels) == n
     keys = att.key_labels(model, batch, 1, K)

@@ -28,6 +28,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     pp.add_argument("--max-users", type=int, default=None, help="EdNet: pykt's first N users")
     pp.add_argument("--task", default=d.task, help="Eedi task: 1_2 or 3_4")
+    pp.add_argument(
+        "--bands",
+        type=int,
+        choices=[5, 4, 2],
+        default=d.bands,
+        help="OULAD: K of the score bands (default 5: < 40, 40-59, 60-69, 70-84, >= 85; "
+        "4 merges the top two; 2: pass >= 40)",
+    )
+    pp.add_argument(
+        "--keep-banked",
+        action="store_true",
+        help="OULAD: keep banked results (grades carried over from an earlier presentation; "
+        "dropped by default: their date is not when the work was done)",
+    )
     return p
 
 

@@ -103,6 +103,7 @@ class KTModel(nn.Module):
     ordinal: ClassVar[bool] = False  # True: logits are [B, L, K]
     needs: ClassVar[frozenset[str]] = frozenset()  # data fields it cannot run without: "pid"
     attends: ClassVar[bool] = True  # False: no attention weights to show (return_attention -> {})
+    memory_maps: ClassVar[bool] = False  # True: some maps are over memory slots, not steps
 
     @classmethod
     def check_data(cls, num_pid: int, source: str = "the data") -> None:

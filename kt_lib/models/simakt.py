@@ -122,6 +122,7 @@ class SimAKT(DTransformer):
     """DTransformer with a configurable Block 3: intra-student + inter-student heads."""
 
     config_cls = SimAKTConfig
+    memory_maps = True  # maps over memory slots beside the step maps
 
     def __init__(self, config: SimAKTConfig):
         super().__init__(config)

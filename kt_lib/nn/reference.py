@@ -99,3 +99,98 @@ def slot(r, v, gamma, mask):
     w = masked_softmax(scores * decay_factor(dist, gamma), mask)
     w = w / w.amax(-1, keepdim=True).clamp(min=MAXOUT_FLOOR)  # max-out
     return w @ v, w
+
+
+# ---- k-sparse attention (sparseKT, Huang et al. 2023) ------------------------------------------
+# With a_ij the masked softmax of the scores over the keys query i may read:
+#   top-k:  keep the k readable keys of largest a_ij (every readable key when there are <= k);
+#   soft:   sort the readable keys by a_ij, largest first; keep the shortest prefix whose sum
+#           reaches `ratio` (the keys before the one that crosses it, and that one);
+#   w_ij  = a_ij / sum_{kept j'} a_ij' on kept keys, 0 elsewhere (= softmax of s_ij over kept).
+# Ties: a stable sort, so of equal weights the earlier key ranks first. Unreadable keys rank
+# after every readable one and add 0 to the sums: the selection reads readable keys only. The
+# selection is a mask (no gradient); gradients flow through the kept weights.
+
+
+def sparse_rank(a: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Rank [..., L, S] of each key in its row by weight, largest first (0 = largest); readable
+    keys rank before unreadable ones, equal weights by key index."""
+    with torch.no_grad():
+        keyed = a.masked_fill(~mask, -1.0)  # weights are >= 0: unreadable keys sort last
+        order = keyed.sort(dim=-1, descending=True, stable=True).indices
+        pos = torch.arange(a.shape[-1], device=a.device).expand_as(order)
+        return torch.empty_like(order).scatter_(-1, order, pos)
+
+
+def topk_keep(a: torch.Tensor, mask: torch.Tensor, k: int) -> torch.Tensor:
+    """Bool [..., L, S]: the k readable keys of largest weight in each row."""
+    return mask & (sparse_rank(a, mask) < k)
+
+
+def threshold_keep(a: torch.Tensor, mask: torch.Tensor, ratio: float) -> torch.Tensor:
+    """Bool [..., L, S]: the shortest prefix of the readable keys, by weight, whose sum >= ratio."""
+    with torch.no_grad():
+        rank = sparse_rank(a, mask)
+        ranked = torch.zeros_like(a).scatter_(-1, rank, a.masked_fill(~mask, 0.0))  # sorted a
+        before = ranked.cumsum(-1) - ranked  # weight ranked ahead of each position
+        return mask & (before < ratio).gather(-1, rank)
+
+
+def sparse_attention(
+    q, k, v, mask, selection: str, k_top: int, ratio: float, dropout: float = 0.0, keep=None
+):
+    """k-sparse attention -> (out [B, H, L, Dh], weights [B, H, L, S] before dropout).
+
+    `selection` is "topk" (keep `k_top` keys) or "soft" (keep weight `ratio`); `mask` bool,
+    broadcastable to [B, H, L, S] (None: every key)."""
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    mask = torch.ones_like(scores, dtype=torch.bool) if mask is None else mask.expand_as(scores)
+    a = masked_softmax(scores, mask)
+    if selection == "topk":
+        kept = topk_keep(a, mask, k_top)
+    elif selection == "soft":
+        kept = threshold_keep(a, mask, ratio)
+    else:
+        raise ValueError(f"selection must be 'topk' or 'soft', got {selection!r}")
+    w = masked_softmax(scores, kept)
+    return dropped(w, dropout, keep) @ v, w
+
+
+# ---- forgetting-aware linear bias (FoLiBiKT, Im et al. 2023) -----------------------------------
+# AKT's monotonic attention on scores with ALiBi's linear bias (Press et al. 2022) added first:
+#   s_ij = q_i . k_j / sqrt(Dh) - m_h * |i - j|
+#   m_h  = 2^(-8 (h + 1) / H) for H a power of two (0.5, 0.25, ... for 8 heads); otherwise the
+#          slopes of the power of two below H, then every other slope of twice that power
+# then dist_ij, decay_ij and w_ij as in `monotonic`, all on the biased s_ij. The bias reads only
+# the step distance, so what query i may read is the mask's business alone.
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """ALiBi's per-head slopes m_h [H] (a geometric sequence; the FoLiBi bias is -m_h |i - j|)."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-8.0 / n)
+        return [start ** (h + 1) for h in range(n)]
+
+    p = 1 << (n_heads.bit_length() - 1)  # the largest power of two <= H
+    slopes = power_of_two(p)
+    if p < n_heads:
+        slopes += power_of_two(2 * p)[0::2][: n_heads - p]
+    return torch.tensor(slopes)
+
+
+def linear_bias(slopes: torch.Tensor, L: int, S: int) -> torch.Tensor:
+    """-m_h |i - j| [H, L, S] for query steps i < L and key steps j < S."""
+    i = torch.arange(L, device=slopes.device).unsqueeze(1)
+    j = torch.arange(S, device=slopes.device).unsqueeze(0)
+    return -slopes.view(-1, 1, 1) * (i - j).abs().to(slopes.dtype)
+
+
+def folibi(q, k, v, gamma, slopes, mask, dropout: float = 0.0, keep=None):
+    """FoLiBi attention -> (out [B, H, L, Dh], decayed weights, undecayed weights) [B, H, L, S];
+    the undecayed weights are the masked softmax of the biased scores."""
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    scores = scores + linear_bias(slopes.to(scores.dtype), *scores.shape[-2:])
+    dist, undecayed = context_distance(scores, mask)
+    w = masked_softmax(scores * decay_factor(dist, gamma), mask)
+    return dropped(w, dropout, keep) @ v, w, undecayed

@@ -124,6 +124,24 @@ _SIMAKT = {
 }
 A09, ALG05 = ("assist2009", "line3"), ("algebra05", "auto")
 A15, STATICS = ("assist2015", "pykt"), ("statics2011", "line3")
+# the field's baselines (the baselines study), cheapest first on CPU
+_SPARSEKT = {
+    "sparsekt_topk": {"model": "sparsekt", "selection": "topk", "k": 5},
+    "sparsekt_soft": {"model": "sparsekt", "selection": "soft", "ratio": 0.8},
+}
+SKILL_BASELINES = (
+    "deep_irt",
+    "dkvmn",
+    "atkt",
+    "simplekt",
+    "sparsekt_topk",
+    "sparsekt_soft",
+    "skvmn",
+    "saint",
+    "folibikt",
+    "cl4kt",
+)
+PID_BASELINES = ("qdkt", "dimkt", "atdkt")
 # today's models beyond the three classic baselines, in the order the leaderboard fills them
 _SEED_MODELS = (
     "idkt",
@@ -169,6 +187,20 @@ STUDIES = {
                 Part((A09, ALG05), ("dkt", "sakt")),
             ),
             pairs=(("sakt", "dkt"),),
+        ),
+        Study(
+            name="baselines",
+            question="The field's baselines under pyKT's protocol: ASSIST2015 fold 0 beside "
+            "pyKT's published figures; the problem-id models on algebra05",
+            parts=(
+                Part((A15,), SKILL_BASELINES),
+                Part((ALG05,), PID_BASELINES),
+            ),
+            variants=_SPARSEKT,
+            folds=1,
+            seeds=(0,),
+            filling=True,
+            published=True,
         ),
         Study(
             name="leaderboard",
@@ -267,6 +299,13 @@ def render(study: Study, path: str | Path | None = None) -> str:
             row[m] = mean_std(v)
         if study.published:
             row["published"] = published_figures(dataset, model)
+            pykt = [
+                x.auc
+                for x in PUBLISHED
+                if (x.dataset, x.model, x.source) == (dataset, model, PYKT_PAPER)
+            ]
+            v = part["test_auc"].dropna()
+            row["ours - pyKT"] = f"{v.mean() - pykt[0]:+.4f}" if pykt and len(v) else "-"
         row.update(
             runs=len(part),
             best_epoch=f"{part['best_epoch'].mean():.1f}",

@@ -27,12 +27,27 @@ _PYKT_INTS = ("concepts", "responses", "questions", "selectmasks")  # list colum
 _PYKT_LISTS = _PYKT_INTS + ("timestamps", "usetimes")  # list columns whose lengths must agree
 
 
+def _declared_K(keys: dict, K: int | None, key_path: Path) -> int:
+    """The K to read with: the one passed, else the one `keyid2idx.json` declares, else 2."""
+    declared = keys.get("K") if isinstance(keys, dict) else None
+    if declared is not None and (isinstance(declared, bool) or not isinstance(declared, int)):
+        raise ValueError(f"{key_path}: K = {declared!r} is not an integer")
+    if K is not None and declared is not None and K != declared:
+        raise ValueError(
+            f"K={K} was passed, but {key_path} declares K={declared} (the responses' categories); "
+            "leave K out to read the declared one"
+        )
+    K = K if K is not None else declared if declared is not None else 2
+    _check_K(K)
+    return K
+
+
 def read_pykt(
     data_dir: PathLike,
     which: str = "train_valid",
     num_c: int | None = None,
     num_pid: int | None = None,
-    K: int = 2,
+    K: int | None = None,
     uid_offset: int = 0,
     name: str | None = None,
     n_folds: int = 5,
@@ -40,13 +55,17 @@ def read_pykt(
     """Read a pykt CSV (`train_valid.csv` / `test.csv`, 0-based ids, -1 padding dropped).
 
     `fold` must lie in 0..n_folds-1 in `train_valid*.csv` (every student there is in a fold) and
-    in -1..n_folds-1 elsewhere (-1: held out).
+    in -1..n_folds-1 elsewhere (-1: held out). `K=None`: the `K` that `keyid2idx.json` declares
+    (`kt prepare` writes it; ordinal folders such as OULAD's need it), else 2; a `K` passed that
+    disagrees with the declared one is an error.
     """
-    _check_K(K)
     data_dir = Path(data_dir)
     path = data_dir if data_dir.is_file() else data_dir / f"{which.removesuffix('.csv')}.csv"
     if not path.is_file():
         raise FileNotFoundError(f"{data_dir}: no pykt file {path.name!r} (which={which!r})")
+    key_path = path.parent / "keyid2idx.json"
+    keys = _read_json(key_path) if key_path.is_file() else {}
+    K = _declared_K(keys, K, key_path)
     df, lines = _read_csv(path, ("concepts", "responses"), "student rows")
     toks, counts = {}, {}
     for c in (c for c in _PYKT_LISTS if c in df.columns):
@@ -69,8 +88,6 @@ def read_pykt(
     keep = v["concepts"] != -1
     if "selectmasks" in v:
         keep &= v["selectmasks"] != -1
-    key_path = path.parent / "keyid2idx.json"
-    keys = _read_json(key_path) if key_path.is_file() else {}
     vocab = {}
     for c, declared, key in (("concepts", num_c, "num_c"), ("questions", num_pid, "num_pid")):
         if c not in v:

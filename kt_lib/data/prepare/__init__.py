@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import formats
-from . import assistments, datashop, ednet, eedi
+from . import assistments, datashop, ednet, eedi, oulad
 from .core import RawLog, build
 from .write import write_lines, write_pykt, write_record
 
@@ -36,12 +36,16 @@ class PrepareOptions:
     max_users: int | None = None  # EdNet: the first N users of pykt's sample order (5000 = pykt)
     task: str | None = None  # Eedi: NeurIPS 2020 tasks "1_2" or "3_4"; None: the train file's
     # name (train_task_3_4.csv), else "1_2"
+    bands: int | None = None  # OULAD: K of the score bands, 5, 4 or 2; None: 5 (oulad.py)
+    keep_banked: bool = False  # OULAD: keep results carried over from an earlier presentation
 
     def __post_init__(self) -> None:
         if self.min_seq_len < 1:
             raise ValueError(f"min_seq_len must be >= 1, got {self.min_seq_len}")
         if self.max_users is not None and self.max_users < 1:
             raise ValueError(f"max_users must be >= 1, got {self.max_users}")
+        if self.bands is not None and self.bands not in oulad.BANDS:
+            raise ValueError(f"bands must be one of {sorted(oulad.BANDS)}, got {self.bands}")
 
 
 Reader = Callable[[Path, PrepareOptions], RawLog]
@@ -51,7 +55,10 @@ DATASETS: dict[str, Reader] = {
     **datashop.READERS,
     "ednet": ednet.read,
     "eedi": eedi.read,
+    "oulad": oulad.read,
 }
+# Options only one dataset reads, with their neutral value: another dataset refuses the others.
+_OWN_OPTIONS = {"bands": ("oulad", None), "keep_banked": ("oulad", False)}
 
 
 @dataclass
@@ -88,6 +95,9 @@ def prepare(name: str, raw_path: str | Path, out_dir: str | Path, **options: Any
     if unknown := sorted(set(options) - known):
         raise TypeError(f"unknown option(s) {unknown}; known: {sorted(known)}")
     opts = PrepareOptions(**options)
+    for option, (owner, neutral) in _OWN_OPTIONS.items():
+        if name != owner and getattr(opts, option) != neutral:
+            raise ValueError(f"{option} is an option of {owner} only; {name} does not read it")
     raw_path, out = Path(raw_path), Path(out_dir)
     if not raw_path.exists():
         raise FileNotFoundError(f"{raw_path}: no such raw file or folder for {name}")
@@ -95,7 +105,7 @@ def prepare(name: str, raw_path: str | Path, out_dir: str | Path, **options: Any
     seq = build(log, opts.min_seq_len, opts.seed, opts.test_frac, opts.n_folds)
     out.mkdir(parents=True, exist_ok=True)
     (out / "prepare.json").unlink(missing_ok=True)  # its absence marks a folder being written
-    pykt_dir = write_pykt(seq, out)
+    pykt_dir = write_pykt(seq, out, log.K)
     line_dir = write_lines(seq, out, name, log.K, opts.n_folds)
     counts = {"rows_read": log.rows_read, "dropped": dict(log.dropped), **seq.counts}
     counts["folds"] = [int((seq.fold == k).sum()) for k in range(opts.n_folds)]

@@ -161,6 +161,7 @@ def build(log: RawLog, min_seq_len: int, seed: int, test_frac: float, n_folds: i
         problems=len(problem_names),
         train_valid_students=int((fold >= 0).sum()),
         test_students=int((fold < 0).sum()),
+        response_counts=np.bincount(r, minlength=log.K).tolist(),  # interactions per response
     )
     return Sequences(
         uid=[str(u) for u in users[keep_users]],

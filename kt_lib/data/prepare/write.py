@@ -4,7 +4,8 @@ Layout of OUT_DIR:
 - `pykt/train_valid.csv` (fold 0..k-1), `pykt/test.csv` (fold -1, `cidxs`), `pykt/keyid2idx.json`:
   pykt-toolkit's un-chunked files (columns fold, uid, questions, concepts, responses, timestamps,
   usetimes, is_repeat where the data has them; 0-based ids, `uid` included, as pykt writes them;
-  `keyid2idx.json` maps the raw ids, unescaped, to them);
+  `keyid2idx.json` maps the raw ids, unescaped, to them, and declares `K`, the responses'
+  categories, which `read_pykt` reads when no K is passed);
 - `line4/` (datasets with problem ids) or `line3/` (without): `{name}_train.csv` (all train_valid
   students), `{name}_test.csv`, and per fold `{name}_train{k}.csv` / `{name}_valid{k}.csv`; 1-based
   ids, the header line `n,raw_uid` (both layouts; `read_line3`/`read_line4` keep the raw id in
@@ -54,7 +55,7 @@ def _pykt_frame(seq: Sequences, students: np.ndarray, test: bool) -> pd.DataFram
     return pd.DataFrame(cols)
 
 
-def write_pykt(seq: Sequences, out: Path) -> Path:
+def write_pykt(seq: Sequences, out: Path, K: int = 2) -> Path:
     d = out / "pykt"
     d.mkdir(parents=True, exist_ok=True)
     n_tv = int((seq.fold >= 0).sum())
@@ -66,6 +67,7 @@ def write_pykt(seq: Sequences, out: Path) -> Path:
         keys["questions"] = {p: i for i, p in enumerate(seq.problems)}
     keys["uid"] = {u: i for i, u in enumerate(seq.uid)}
     keys["max_concepts"] = seq.max_concepts
+    keys["K"] = K  # not pykt's: ordinal folders read back without being told their K
     atomic_write_text(d / "keyid2idx.json", json.dumps(keys, ensure_ascii=False))
     return d
 
