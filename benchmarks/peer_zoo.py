@@ -61,7 +61,9 @@ SHARED: dict[str, Peer] = {
     "akt": Peer("akt", {**_ATTN, "kq_same": (("kq_same",), 1), "l2": (("l2",), 1e-5)},
                 fixed={"separate_qa": False},
                 note="n_pid 0 (no problem ids, no Rasch term on either side); pyKT's second "
-                "output layer is fixed at 256 (ours: final_fc_dim2)"),
+                "output layer is fixed at 256 (ours: final_fc_dim2); pyKT builds an FFN in each "
+                "of its 3 layers and runs 2 (apply_pos False in one): 526,080 more parameters, "
+                "never used"),
     "atkt": Peer("atktfix", {
         k: ((k,), v) for k, v in {"skill_dim": 80, "answer_dim": 80, "hidden_dim": 80,
                                   "attention_dim": 80, "epsilon": 10, "beta": 0.2,
