@@ -67,9 +67,12 @@ def parse_sets(overrides: list[str] | None) -> dict:
     return {k: yaml.safe_load(v) for k, v in sets.items()}
 
 
-def build_ours(name: str, device: str, sets: dict | None = None, b: int = B, n: int = L):
+def build_ours(
+    name: str, device: str, sets: dict | None = None, b: int = B, n: int = L, num_pid: int = 0
+):
     """Our registered model `name` at the paper preset (seed 0, prepared on a simulated training
-    set, on `device`) and the benchmark batch: `random_batch(NUM_C, b, n, seed=0)`, full rows.
+    set, on `device`) and the benchmark batch: `random_batch(NUM_C, b, n, seed=0)`, full rows;
+    with `num_pid` (a multiple of NUM_C) problem ids in both (else none).
     Call inside `on_device` (prepare runs there, as in fit)."""
     from kt_lib.audit import random_batch
     from kt_lib.data.synthetic import simulate
@@ -77,21 +80,27 @@ def build_ours(name: str, device: str, sets: dict | None = None, b: int = B, n: 
 
     torch.manual_seed(0)
     K = 4 if MODELS[name].ordinal else 2
-    model = build_model(name, preset="paper", num_c=NUM_C, num_pid=0, K=K, **(sets or {}))
+    model = build_model(name, preset="paper", num_c=NUM_C, num_pid=num_pid, K=K, **(sets or {}))
     model.to(device)
-    train = simulate(num_students=200, seq_len=n, num_c=NUM_C, K=K, seed=0).data
-    train.num_pid = 0
-    for s in train.students:
-        s.pid = None
+    per_c = {"problems_per_c": num_pid // NUM_C} if num_pid else {}
+    train = simulate(num_students=200, seq_len=n, num_c=NUM_C, K=K, seed=0, **per_c).data
+    if not num_pid:
+        train.num_pid = 0
+        for s in train.students:
+            s.pid = None
+    assert train.num_pid == num_pid, (train.num_pid, num_pid)
     model.prepare(train)
-    batch = random_batch(NUM_C, B=b, L=n, K=K, seed=0, ragged=False).to(device)
+    batch = random_batch(NUM_C, B=b, L=n, num_pid=num_pid, K=K, seed=0, ragged=False)
+    batch = batch.to(device)
     return model, batch
 
 
-def time_ours(name: str, repeats: int, device: str, sets: dict | None, b: int, n: int):
+def time_ours(
+    name: str, repeats: int, device: str, sets: dict | None, b: int, n: int, num_pid: int = 0
+):
     """(model, batch, timings) of one of our models' training step and inference pass (inside
     `on_device`)."""
-    model, batch = build_ours(name, device, sets, b, n)
+    model, batch = build_ours(name, device, sets, b, n, num_pid)
     step, infer = model_step_and_inference(model, batch)
     return model, batch, measure(step, infer, repeats, device)
 

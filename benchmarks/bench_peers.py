@@ -1,29 +1,37 @@
-"""Our DKT, SAKT and AKT against pykt-toolkit 0.0.38's, same run, same batch, same step.
+"""Every model both we and pykt-toolkit 0.0.38 have, ours against theirs, same run, same batch.
 
     pip install --no-deps pykt-toolkit==0.0.38      # once; not a project dependency
     python benchmarks/bench_peers.py [--models dkt sakt akt] [--repeats 7] [--out FILE.json]
     python benchmarks/bench_peers.py --device cuda [--precision bf16] [--backend cuda]
     python benchmarks/bench_peers.py --batch 8 --len 50 --repeats 2    # smoke test
 
-Setting: B=64, L=200, 100 skills, no problem ids, one batch of `kt_lib.audit.random_batch`
-(seed 0, full rows) fed to both. Ours: the registry models at the paper preset, built by
-bench_models' helper (`time_ours`). Theirs: pykt's classes with pykt's configs/kt_config.json
-sizes (DKT emb 200 dropout 0.1; SAKT emb 256, 8 heads, dropout 0.2, 1 block, seq_len L; AKT
-d_model 256, 1 block, dropout 0.05, d_ff 256, kq_same 1, final_fc_dim 512, 8 heads,
-separate_qa False, l2 1e-5) and pykt's training-time inputs and loss (pykt.models.train_model:
-DKT(c, r) gathered at the next concept, SAKT(c, r, c_next), AKT(q, r) dropping the first step;
-binary_cross_entropy on the masked predictions in float64, outside autocast). Both sides time
-the same thing: forward + loss + backward + AdamW step, and a no-grad forward.
+The models: benchmarks/peer_zoo.py's SHARED table (our registry name -> pyKT's model, pyKT's
+constructor sizes read from our `paper` preset where both have the size, kt_config.json's
+otherwise). A model of ours not registered, or whose pyKT model the installed wheel lacks
+(simpleKT, DIMKT, AT-DKT, ... live only in pyKT's repository), gets a row with `skipped` and the
+reason, so models registered later are benchmarked with no edit.
+
+Setting: B=64, L=200, 100 skills, one batch of `kt_lib.audit.random_batch` (seed 0, full rows)
+fed to both; no problem ids, except for the models that need them (qdkt, dimkt, atdkt: 1000
+problem ids, 10 per skill; pyKT gets them as its questions). Ours: the registry model at the
+paper preset, built by bench_models' helper (`time_ours`). Theirs: built by peer_models.build
+at those sizes, trained on the loss pykt.models.train_model computes (peer_models.
+training_loss: model_forward's inputs, the window without its last step or whole, predictions
+for the next step, float64 BCE on the masked predictions, plus AKT's Rasch term, DKT+'s
+regularisers, ATKT's adversarial pass, the que models' train_one_step) and called for
+inference as evaluate_model does (peer_models.scored). Both sides time the same thing: forward
++ loss + backward + AdamW step, and a no-grad forward.
 
 Each model runs in a fresh subprocess (ours then theirs); `--device`, `--precision` and
 `--backend` as in bench_models (pykt runs inside the same precision context; the attention
-backend only concerns ours). Prints one JSON line per model: ours, theirs (time medians over
---repeats after a warm-up, params, kernels_per_step and peak_gpu_mb on CUDA, ops_per_step on
-CPU) and `ours_over_theirs`, the time ratio (below 1: ours is faster), for the train step and
-the inference pass; all lines are also written to --out.
+backend only concerns ours). Prints one JSON line per model: pykt_model, ours, theirs (time
+medians over --repeats after a warm-up, params, sizes, kernels_per_step and peak_gpu_mb on
+CUDA, ops_per_step on CPU), notes (every size the two could not match, and what differs besides)
+and `ours_over_theirs`, the time ratio (below 1: ours is faster), for the train step and the
+inference pass; all lines are also written to --out.
 
-pykt is loaded without `import pykt` by benchmarks/pykt_loader.py (pykt/models/{utils,dkt,
-sakt,akt}.py executed by path, their module-level `device` set to `--device`).
+pykt is loaded without `import pykt` by benchmarks/pykt_loader.py (pykt/models/<file>.py
+executed by path, their module-level `device` set to `--device`).
 """
 
 from __future__ import annotations
@@ -32,9 +40,9 @@ import argparse
 import dataclasses
 import json
 import sys
+from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from bench_models import (
     NUM_C,
     B,
@@ -42,82 +50,54 @@ from bench_models import (
     add_device_args,
     device_argv,
     on_device,
-    run_all,
+    run_subprocess,
     setting,
     time_ours,
 )
-from pykt_loader import PYKT_VERSION, load_pykt, pykt_models_dir, pykt_version
+from peer_models import SHIPPED, Seqs, build, pykt_batch, scored, set_mode, training_loss
+from peer_zoo import IGNORED, NUM_PID, SHARED, availability, their_sizes
+from pykt_loader import PYKT_VERSION, find_pykt_models, load_pykt, pykt_models_dir, pykt_version
 from timing import measure
 
-MODELS = ("dkt", "sakt", "akt")
+MODELS = tuple(SHARED)
 
 
-def pykt_sizes(name: str, n: int) -> dict:
-    """pykt's configs/kt_config.json entry for `name` (with the constructors' other defaults)."""
-    return {
-        "dkt": {"emb_size": 200, "dropout": 0.1},
-        "sakt": {"seq_len": n, "emb_size": 256, "num_attn_heads": 8, "dropout": 0.2, "num_en": 1},
-        "akt": {
-            "n_pid": 0,
-            "d_model": 256,
-            "n_blocks": 1,
-            "dropout": 0.05,
-            "d_ff": 256,
-            "kq_same": 1,
-            "final_fc_dim": 512,
-            "num_attn_heads": 8,
-            "separate_qa": False,
-            "l2": 1e-5,
-        },
-    }[name]
+def pykt_inputs(batch, device: str) -> dict:
+    """pykt's KTDataset batch of our `batch`: questions are the problem ids where there are any
+    (else the concepts), concepts our q; one timestamp a minute."""
+    b, n = batch.q.shape
+    t = torch.arange(n, device=batch.q.device).expand(b, n) * 60
+    q = batch.q if batch.pid is None else batch.pid
+    s = Seqs(q.long(), batch.r.long(), t, batch.mask, concepts=batch.q.long())
+    return {k: v.to(device) for k, v in pykt_batch(s).items()}
 
 
-def build_theirs(name: str, mods: dict, device: str, n: int):
+def build_theirs(name: str, mods: dict, device: str, n: int, config: dict):
+    """pyKT's model for our `name` at the sizes of our `config`; (model, sizes, notes)."""
+    peer = SHARED[name]
+    kw, notes = their_sizes(name, config)
+    nq = NUM_PID if peer.needs_pid else 0
     torch.manual_seed(0)
-    kw = pykt_sizes(name, n)
-    if name == "dkt":
-        model = mods["dkt"].DKT(NUM_C, **kw)
-    elif name == "sakt":
-        model = mods["sakt"].SAKT(NUM_C, **kw)
-    else:
-        model = mods["akt"].AKT(NUM_C, **kw)
-    return model.to(device)
+    model = build(peer.pykt, mods, nc=NUM_C, nq=nq, n=n, device=device, **kw)
+    return model.to(device), kw, notes
 
 
-def pykt_step_and_inference(name: str, model, batch, device: str):
-    """(step, infer) closures as pykt.models.train_model's model_forward and cal_loss: inputs
-    are the window without its last step (DKT, SAKT) or whole (AKT), predictions are for the
-    next step, the loss a float64 BCE on the masked predictions (plus AKT's Rasch term)."""
-    q, r, m = batch.q, batch.r, batch.mask
-    c, cr, cshft, rshft, sm = q[:, :-1], r[:, :-1], q[:, 1:], r[:, 1:], m[:, 1:]
-    kind = torch.device(device).type
+def pykt_step_and_inference(name: str, model, d: dict):
+    """(step, infer) closures: an AdamW step on pykt's training loss, a no-grad scored pass."""
+    pykt = SHARED[name].pykt
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
-    def predict():
-        if name == "dkt":
-            y = model(c, cr)
-            return (y * F.one_hot(cshft, model.num_c)).sum(-1), 0.0
-        if name == "sakt":
-            return model(c, cr, cshft), 0.0
-        y, reg = model(q, r, None)
-        return y[:, 1:], reg
-
     def step():
-        model.train()
-        y, reg = predict()
-        # probabilities into binary_cross_entropy: autocast refuses it, so pykt's loss runs
-        # at full precision (float64, as theirs)
-        with torch.autocast(kind, enabled=False):
-            y = torch.masked_select(y, sm).double()
-            loss = F.binary_cross_entropy(y, torch.masked_select(rshft, sm).double()) + reg
+        set_mode(model, True)
+        loss = training_loss(pykt, model, d)
         opt.zero_grad()
         loss.backward()
         opt.step()
 
     def infer():
-        model.eval()
+        set_mode(model, False)
         with torch.no_grad():
-            predict()
+            scored(pykt, model, d)
 
     return step, infer
 
@@ -139,31 +119,40 @@ def bench_pair(
     b: int = B,
     n: int = L,
 ) -> dict:
-    mods = load_pykt(device, MODELS)
+    peer = SHARED[name]
+    mods = load_pykt(device, (SHIPPED[peer.pykt],))
+    num_pid = NUM_PID if peer.needs_pid else 0
     with on_device(device, precision, backend) as prec:
-        ours, batch, m_ours = time_ours(name, repeats, device, None, b, n)
-        theirs = build_theirs(name, mods, device, n)
-        step, infer = pykt_step_and_inference(name, theirs, batch, device)
+        ours, batch, m_ours = time_ours(name, repeats, device, None, b, n, num_pid)
+        config = {k: v for k, v in dataclasses.asdict(ours.config).items() if k not in IGNORED}
+        theirs, kw, notes = build_theirs(name, mods, device, n, config)
+        step, infer = pykt_step_and_inference(name, theirs, pykt_inputs(batch, device))
         m_theirs = measure(step, infer, repeats, device)
-    o = _side(ours, m_ours, "kt_lib paper preset", _config(ours))
-    t = _side(theirs, m_theirs, "pykt configs/kt_config.json", pykt_sizes(name, n))
     res = {
         "model": name,
+        "pykt_model": peer.pykt,
         "ours_over_theirs": {
             "train_step": round(m_ours["train_step_s"] / m_theirs["train_step_s"], 3),
             "inference": round(m_ours["inference_s"] / m_theirs["inference_s"], 3),
         },
-        "ours": o,
-        "theirs": t,
+        "ours": _side(ours, m_ours, "kt_lib paper preset", config),
+        "theirs": _side(theirs, m_theirs, "ours where pyKT has the size, else kt_config.json", kw),
+        "notes": notes,
+        "num_pid": num_pid,
         "pykt": pykt_version(),
     }
     res.update(setting(device, prec, backend, b, n))
     return res
 
 
-def _config(model) -> dict:
-    skip = {"num_c", "num_pid", "K"}
-    return {k: v for k, v in dataclasses.asdict(model.config).items() if k not in skip}
+def skipped(names: list[str]) -> dict[str, str]:
+    """{name: why} for the models that cannot run here (see peer_zoo.availability)."""
+    from kt_lib.models import list_models
+
+    root = find_pykt_models()
+    files = {p.stem for p in root.glob("*.py")} if root else set()
+    why = {name: availability(name, set(list_models()), files) for name in names}
+    return {k: v for k, v in why.items() if v}
 
 
 def main() -> None:
@@ -183,7 +172,17 @@ def main() -> None:
             f"warning: pykt-toolkit {pykt_version()} installed, {PYKT_VERSION} expected",
             file=sys.stderr,
         )
-    run_all(__file__, a.models, device_argv(a), a.out)
+    skip = skipped(a.models)
+    results = []
+    for name in a.models:
+        if name in skip:
+            res = {"model": name, "pykt_model": SHARED[name].pykt, "skipped": skip[name]}
+        else:
+            res = run_subprocess(__file__, name, device_argv(a))
+        print(json.dumps(res), flush=True)
+        results.append(res)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

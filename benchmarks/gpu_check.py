@@ -10,8 +10,9 @@ minutes on one H100):
   1. the `cuda`-marked tests (tests/test_attention.py; they skip without a GPU);
   2. `bench_models.py` on the device, at the device's default precision and at bf16 (every model:
      step time, kernels per step, peak memory);
-  3. `bench_peers.py` (our DKT/SAKT/AKT against pykt-toolkit's in the same process; recorded as
-     skipped when pykt-toolkit is not installed);
+  3. `bench_peers.py --models dkt sakt akt` (our DKT/SAKT/AKT against pykt-toolkit's in the same
+     process, within the step's time limit; the whole zoo: `bench_peers.py --device cuda`;
+     recorded as skipped when pykt-toolkit is not installed);
   4. a short AKT / DTransformer training run (3 epochs) on ASSIST2009 fold 1 (`--data-dir`).
 and writes `gpu_check.json` (every step's command, exit status, seconds and parsed JSON lines)
 and `gpu_check.md` (a summary table) into `--out`. `--quick` (the default on CPU) shrinks every
@@ -60,8 +61,8 @@ def steps(device: str, quick: bool, data_dir: Path, tmp: Path) -> list[tuple[str
         ("models", [*bench, "--out", str(tmp / "models.json")], 200),
         ("models bf16", [*bench, "--precision", "bf16", "--out",
                          str(tmp / "models_bf16.json")], 120),
-        ("peers", [py, "benchmarks/bench_peers.py", *dev, *small, "--out",
-                   str(tmp / "peers.json")], 90),
+        ("peers", [py, "benchmarks/bench_peers.py", *dev, *small, "--models", "dkt", "sakt",
+                   "akt", "--out", str(tmp / "peers.json")], 90),
         ("train", [py, "-m", "kt_lib.runs.experiment", "--models", "akt", "dtransformer", *dev,
                    *train_data, "--out", str(tmp / "train.json")], 150),
     ]  # fmt: skip

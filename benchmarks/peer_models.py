@@ -10,6 +10,7 @@ only in pykt-team/pykt-toolkit's repository (REPO, loaded from a checkout's pykt
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -69,13 +70,14 @@ class Seqs:
     r: torch.Tensor  # [B, L] responses 0/1
     t: torch.Tensor  # [B, L] timestamps (seconds), non-decreasing
     mask: torch.Tensor  # [B, L] bool, valid steps (right-padded)
+    concepts: torch.Tensor | None = None  # [B, L] each step's concept; None: q mod NC
 
     @property
     def c(self) -> torch.Tensor:  # [B, L] the question's concept (one per question)
-        return (self.q % NC) * self.mask
+        return (self.q % NC if self.concepts is None else self.concepts) * self.mask
 
     def clone(self) -> Seqs:
-        return Seqs(self.q.clone(), self.r.clone(), self.t.clone(), self.mask)
+        return Seqs(self.q.clone(), self.r.clone(), self.t.clone(), self.mask, self.concepts)
 
 
 def random_seqs(seed: int = 0) -> Seqs:
@@ -98,10 +100,10 @@ def pykt_batch(s: Seqs) -> dict[str, torch.Tensor]:
     # LPKT's interval time (minutes since the previous step, bucketed) and DKT-forget's gaps:
     # features of step j computed from steps <= j, as pykt's preprocessing does
     it = torch.cat([torch.zeros_like(s.t[:, :1]), (s.t[:, 1:] - s.t[:, :-1]) // 60], 1)
-    c = s.c
+    c, n = s.c, s.q.shape[1]
     same = c[:, :, None] == c[:, None, :]  # [B, L, L] same concept
-    before = torch.ones(L, L).tril(-1).bool()  # key strictly before the query
-    idx = torch.arange(L)
+    before = torch.ones(n, n, device=c.device).tril(-1).bool()  # key strictly before the query
+    idx = torch.arange(n, device=c.device)
     last = torch.where(same & before, idx[None, None], -1).amax(-1)  # [B, L]
     raw = {
         "qseqs": s.q,
@@ -112,8 +114,8 @@ def pykt_batch(s: Seqs) -> dict[str, torch.Tensor]:
         "rgaps": torch.where(last >= 0, _buckets(idx - last) + 1, 0),
         "sgaps": _buckets(torch.cat([torch.zeros_like(s.t[:, :1]), s.t.diff(dim=1)], 1) // 60),
         "pcounts": (same & before).sum(-1).clamp(max=GAP_BUCKETS - 1),
-        "qdseqs": Q_LEVEL[s.q] * s.mask,
-        "sdseqs": C_LEVEL[c] * s.mask,
+        "qdseqs": Q_LEVEL.to(c.device)[s.q % NQ] * s.mask,  # ids past the table wrap around
+        "sdseqs": C_LEVEL.to(c.device)[c % NC] * s.mask,
     }
     d = {}
     for k, x in raw.items():
@@ -126,46 +128,76 @@ def pykt_batch(s: Seqs) -> dict[str, torch.Tensor]:
 # -- building pykt's models at tiny sizes, and calling them as evaluate() does ----------------
 
 
-def build(name: str, mods: dict):
-    """pykt's class for `name` at tiny sizes (kt_config.json's structure, d 16)."""
+# the wheel's constructors' size arguments at the tiny sizes the audit builds (by keyword;
+# `build(..., **sizes)` puts other sizes over them)
+TINY: dict[str, dict] = {
+    "dkt": {"emb_size": D, "dropout": 0.1},
+    "dkt+": {"emb_size": D, "lambda_r": 0.01, "lambda_w1": 0.003, "lambda_w2": 3.0, "dropout": 0.1},
+    "dkt_forget": {"emb_size": D, "dropout": 0.1},
+    "kqn": {"n_hidden": D, "n_rnn_hidden": D, "n_mlp_hidden": D, "dropout": 0.1},
+    "dkvmn": {"dim_s": D, "size_m": 5, "dropout": 0.1},
+    "deep_irt": {"dim_s": D, "size_m": 5, "dropout": 0.1},
+    "skvmn": {"dim_s": D, "size_m": 5, "dropout": 0.1},
+    "sakt": {"emb_size": D, "num_attn_heads": 2, "dropout": 0.1, "num_en": 1},
+    "saint": {"emb_size": D, "num_attn_heads": 2, "dropout": 0.1, "n_blocks": 1},
+    "akt": {"d_model": D, "n_blocks": 1, "dropout": 0.1, "d_ff": D, "final_fc_dim": D,
+            "num_attn_heads": 2},
+    "atkt": {"skill_dim": D, "answer_dim": D, "hidden_dim": D, "attention_dim": D, "dropout": 0.1},
+    "atktfix": {"skill_dim": D, "answer_dim": D, "hidden_dim": D, "attention_dim": D,
+                "dropout": 0.1},
+    "gkt": {"hidden_dim": D, "emb_size": D, "graph_type": "dense", "dropout": 0.1},
+    "lpkt": {"d_a": D, "d_e": D, "d_k": D, "dropout": 0.1},
+    "hawkes": {"emb_size": D, "time_log": 5},
+    "iekt": {"emb_size": D, "max_concepts": 1, "dropout": 0.1},
+    "qdkt": {"emb_size": D, "dropout": 0.1},
+}  # fmt: skip
+
+
+def build(name: str, mods: dict, nc: int = NC, nq: int = NQ, n: int = L, device="cpu", **sizes):
+    """pykt's class for `name`: `nc` concepts, `nq` questions (problem ids; 0: none where the
+    class allows it), windows of `n` steps, and the constructor's size arguments `sizes` over
+    TINY's (kt_config.json's structure, d 16). Repository-only models: tiny sizes only."""
     if name in REPO:
+        if (nc, nq, n) != (NC, NQ, L) or sizes:
+            raise NotImplementedError(f"{name}: repository-only models are built at tiny sizes")
         return build_repo(name, mods)
     m = mods[SHIPPED[name]]
+    kw = {**TINY[name], **sizes}
     if name == "dkt":
-        return m.DKT(NC, D, dropout=0.1)
+        return m.DKT(nc, **kw)
     if name == "dkt+":
-        return m.DKTPlus(NC, D, lambda_r=0.01, lambda_w1=0.003, lambda_w2=3.0, dropout=0.1)
+        return m.DKTPlus(nc, **kw)
     if name == "dkt_forget":
-        return m.DKTForget(NC, GAP_BUCKETS, GAP_BUCKETS, GAP_BUCKETS, D, dropout=0.1)
+        return m.DKTForget(nc, GAP_BUCKETS, GAP_BUCKETS, GAP_BUCKETS, **kw)
     if name == "kqn":
-        return m.KQN(NC, D, D, D, dropout=0.1)
+        return m.KQN(nc, **kw)
     if name in ("dkvmn", "deep_irt", "skvmn"):
         cls = {"dkvmn": "DKVMN", "deep_irt": "DeepIRT", "skvmn": "SKVMN"}[name]
-        return getattr(m, cls)(NC, D, 5, dropout=0.1)
+        return getattr(m, cls)(nc, **kw)
     if name == "sakt":
-        return m.SAKT(NC, L, D, 2, 0.1, num_en=1)
+        return m.SAKT(nc, n, **kw)
     if name == "saint":
-        return m.SAINT(NQ, NC, L, D, 2, 0.1, n_blocks=1)
+        return m.SAINT(nq, nc, n, **kw)
     if name == "akt":
-        return m.AKT(NC, NQ, D, 1, 0.1, d_ff=D, final_fc_dim=D, num_attn_heads=2)
+        return m.AKT(nc, nq, **kw)
     if name in ("atkt", "atktfix"):
-        return m.ATKT(NC, D, D, D, attention_dim=D, dropout=0.1, fix=name == "atktfix")
+        return m.ATKT(nc, fix=name == "atktfix", **kw)
     if name == "gkt":
-        graph = torch.rand(NC, NC, generator=torch.Generator().manual_seed(1))
-        return m.GKT(NC, D, D, graph_type="dense", graph=graph, dropout=0.1)
+        graph = torch.rand(nc, nc, generator=torch.Generator().manual_seed(1))
+        return m.GKT(nc, graph=graph, **kw)
     if name == "lpkt":
         # pykt's lpkt_utils.generate_qmatrix: [num_q + 1, num_c + 1], the last column unused
-        qm = F.pad(F.one_hot(torch.arange(NQ + 1) % NC, NC), (0, 1)).to(torch.get_default_dtype())
-        return m.LPKT(GAP_BUCKETS, GAP_BUCKETS, NQ, NC, D, D, D, dropout=0.1, q_matrix=qm)
+        qm = F.pad(F.one_hot(torch.arange(nq + 1) % nc, nc), (0, 1)).to(torch.get_default_dtype())
+        return m.LPKT(GAP_BUCKETS, GAP_BUCKETS, nq, nc, q_matrix=qm, **kw)
     if name == "hawkes":
-        model = m.HawkesKT(NC, NQ, D, time_log=5)
+        model = m.HawkesKT(nc, nq, **kw)
         model.apply(model.init_weights)
         model.gpu = ""  # hawkes.py:98 calls mask.cuda() unless gpu == "": it cannot run on CPU
         return model
     if name == "iekt":
-        return m.IEKT(NQ, NC, D, max_concepts=1, dropout=0.1, device="cpu")
+        return m.IEKT(nq, nc, device=device, **kw)
     if name == "qdkt":
-        return m.QDKT(NQ, NC, D, dropout=0.1, device="cpu")
+        return m.QDKT(nq, nc, device=device, **kw)
     raise KeyError(name)
 
 
@@ -205,9 +237,9 @@ def scored(name: str, model, d: dict) -> torch.Tensor:
     qs, cs, rs = d["shft_qseqs"], d["shft_cseqs"], d["shft_rseqs"]
     cq, cc, cr = (torch.cat((x[:, :1], xs), 1) for x, xs in ((q, qs), (c, cs), (r, rs)))
     if name in ("dkt", "dkt+"):
-        return (model(c, r) * F.one_hot(cs, NC)).sum(-1)
+        return (model(c, r) * F.one_hot(cs, model.num_c)).sum(-1)
     if name == "dkt_forget":
-        return (model(c, r, d) * F.one_hot(cs, NC)).sum(-1)
+        return (model(c, r, d) * F.one_hot(cs, model.num_c)).sum(-1)
     if name in ("dkvmn", "deep_irt", "skvmn"):
         return model(cc, cr)[:, 1:]
     if name in ("kqn", "sakt"):
@@ -217,7 +249,7 @@ def scored(name: str, model, d: dict) -> torch.Tensor:
     if name == "akt":
         return model(cc, cr, cq)[0][:, 1:]
     if name in ("atkt", "atktfix"):
-        return (model(c, r)[0] * F.one_hot(cs, NC)).sum(-1)
+        return (model(c, r)[0] * F.one_hot(cs, model.num_c)).sum(-1)
     if name == "gkt":
         return model(cc, cr)
     if name == "lpkt":
@@ -227,7 +259,7 @@ def scored(name: str, model, d: dict) -> torch.Tensor:
         ct = torch.cat((d["tseqs"][:, :1], d["shft_tseqs"]), 1)
         return model(cc, cq, ct, cr)[:, 1:]
     if name == "atdkt":
-        return (model(d) * F.one_hot(cs, NC)).sum(-1)
+        return (model(d) * F.one_hot(cs, model.num_c)).sum(-1)
     if name in ("simplekt", "stablekt", "sparsekt"):
         y = model(d)
         # evaluate() slices model(dcur)[:, 1:]; sparseKT returns (preds, attn) in eval, a tuple
@@ -246,6 +278,56 @@ def scored(name: str, model, d: dict) -> torch.Tensor:
     # iekt, qdkt, qikt (que_type_models): predict_one_step, concepts as [B, L-1, 1]
     dq = dict(d, cseqs=c[..., None], shft_cseqs=cs[..., None])
     return model.predict_one_step(dq)
+
+
+QUE_MODELS = ("iekt", "qdkt", "qikt")  # pykt.config que_type_models: train_one_step
+
+
+def _bce(y: torch.Tensor, r: torch.Tensor, sm: torch.Tensor) -> torch.Tensor:
+    """cal_loss's binary_cross_entropy on the masked predictions, in float64 (outside autocast,
+    which refuses binary_cross_entropy)."""
+    with torch.autocast(y.device.type, enabled=False):
+        y, t = torch.masked_select(y, sm).double(), torch.masked_select(r, sm).double()
+        return F.binary_cross_entropy(y, t)
+
+
+def training_loss(name: str, model, d: dict) -> torch.Tensor:
+    """The loss pykt/models/train_model.py trains `name` on (model_forward + cal_loss, train
+    mode): BCE of `scored`'s predictions against rshft, plus AKT's Rasch regulariser, DKT+'s
+    reconstruction and waviness terms, ATKT's adversarial pass; the que models' train_one_step."""
+    c, r, q = d["cseqs"], d["rseqs"], d["qseqs"]
+    cs, rs, sm = d["shft_cseqs"], d["shft_rseqs"], d["smasks"]
+    if name in QUE_MODELS:
+        dq = dict(d, cseqs=c[..., None], shft_cseqs=cs[..., None])
+        return model.train_one_step(dq)[1]
+    if name == "akt":
+        cc, cr, cq = (torch.cat((x[:, :1], d["shft_" + k]), 1) for k, x in
+                      (("cseqs", c), ("rseqs", r), ("qseqs", q)))  # fmt: skip
+        y, reg = model(cc, cr, cq)
+        return _bce(y[:, 1:], rs, sm) + reg
+    if name == "dkt+":
+        y = model(c, r)
+        y_next = (y * F.one_hot(cs, model.num_c)).sum(-1)
+        y_curr = (y * F.one_hot(c, model.num_c)).sum(-1)
+        loss_r = _bce(y_curr, r, sm)
+        wave = y[:, 1:] - y[:, :-1]
+        w1 = torch.masked_select(torch.norm(wave, p=1, dim=-1), sm[:, 1:]).mean() / model.num_c
+        w2 = torch.masked_select(torch.norm(wave, p=2, dim=-1) ** 2, sm[:, 1:]).mean()
+        w2 = w2 / model.num_c
+        loss = _bce(y_next, rs, sm) + model.lambda_r * loss_r
+        return loss + model.lambda_w1 * w1 + model.lambda_w2 * w2
+    if name in ("atkt", "atktfix"):
+        y, features = model(c, r)
+        loss = _bce((y * F.one_hot(cs, model.num_c)).sum(-1), rs, sm)
+        (g,) = torch.autograd.grad(loss, features, retain_graph=True)
+        normalize = sys.modules[type(model).__module__]._l2_normalize_adv
+        p_adv = (model.epsilon * normalize(g.data.float())).to(g.device)
+        adv, _ = model(c, r, p_adv)
+        return loss + model.beta * _bce((adv * F.one_hot(cs, model.num_c)).sum(-1), rs, sm)
+    if name == "lpkt":  # cal_loss: BCELoss(reduction="none") summed, in the model's dtype
+        y = torch.masked_select(scored(name, model, d), sm)
+        return F.binary_cross_entropy(y, torch.masked_select(rs, sm).to(y.dtype), reduction="sum")
+    return _bce(scored(name, model, d), rs, sm)
 
 
 def probe(name: str, model, mods: dict) -> dict:

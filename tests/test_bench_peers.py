@@ -1,0 +1,114 @@
+"""benchmarks/bench_peers.py and its table (benchmarks/peer_zoo.py): the table checked against
+the registry (always), and - only where pykt-toolkit is installed, which CI does not do - pyKT's
+training loss for every wheel model the table names, and the smoke setting end to end for two
+models (one with problem ids) plus a skipped one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from peer_models import REPO, SHIPPED, build, training_loss  # noqa: E402
+from peer_zoo import IGNORED, SHARED, availability, their_sizes  # noqa: E402
+from pykt_loader import find_pykt_models, load_pykt  # noqa: E402
+
+from kt_lib.models import MODELS, list_models  # noqa: E402
+
+needs_pykt = pytest.mark.skipif(
+    find_pykt_models() is None, reason="pykt-toolkit is not installed (not a dependency)"
+)
+
+
+def test_table_names_registered_models_or_skips_them():
+    registered = set(list_models())
+    files = set(SHIPPED.values())  # as if every wheel file were installed
+    for name, peer in SHARED.items():
+        assert peer.pykt in SHIPPED or peer.pykt in REPO or peer.pykt == "cl4kt", name
+        why = availability(name, registered, files)
+        if name not in registered:
+            assert why is not None and why.startswith("ours not registered"), name
+            continue
+        assert why is None or "not in the installed pykt-toolkit wheel" in why, (name, why)
+        if MODELS[name].config_cls.PRESETS.get("paper") is None:
+            continue
+        config = MODELS[name].config_cls.preset("paper")
+        kw, notes = their_sizes(name, config)
+        assert set(peer.sizes) <= set(kw), name  # every size pyKT takes is set
+        assert all(isinstance(n, str) for n in notes)
+    # the models on main when the table was written are all in it
+    assert {"dkt", "sakt", "akt", "saint", "atkt", "qdkt", "dimkt", "atdkt"} <= set(SHARED)
+
+
+def test_their_sizes_notes_what_does_not_match():
+    ours = {"num_c": 100, "num_pid": 0, "d": 64, "n_heads": 4, "kq_same": True, "extra": 3}
+    kw, notes = their_sizes("akt", ours)
+    assert kw["d_model"] == 64 and kw["num_attn_heads"] == 4 and kw["kq_same"] == 1
+    assert kw["separate_qa"] is False  # fixed
+    assert kw["d_ff"] == 256  # kt_config.json's, and said so
+    assert any(n.startswith("d_ff=256: kt_config.json") for n in notes)
+    assert any("no pyKT argument for ours: extra=3" == n for n in notes)
+    assert not any(f"{k}=" in n for n in notes for k in IGNORED)  # the vocabulary is no size
+
+
+def test_availability_reasons():
+    assert "not registered" in availability("dkt", set(), {"dkt"})
+    assert availability("dkt", {"dkt"}, {"dkt"}) is None
+    assert "repository only" in availability("simplekt", {"simplekt"}, {"dkt"})
+
+
+@needs_pykt
+def test_training_loss_runs_for_every_wheel_model_in_the_table():
+    """pyKT's training loss (train_model's model_forward + cal_loss) backpropagates for each
+    model of the wheel the table names, at the audit's tiny sizes."""
+    from peer_models import pykt_batch, random_seqs, set_mode
+
+    names = sorted({p.pykt for p in SHARED.values() if p.pykt in SHIPPED})
+    mods = load_pykt("cpu", tuple(sorted({SHIPPED[n] for n in names})))
+    d = pykt_batch(random_seqs(0))
+    for name in names:
+        torch.manual_seed(0)
+        model = build(name, mods)
+        set_mode(model, True)
+        loss = training_loss(name, model, d)
+        assert loss.ndim == 0 and torch.isfinite(loss), name
+        loss.backward()
+        assert any(p.grad is not None for p in model.parameters()), name
+
+
+@needs_pykt
+def test_smoke_end_to_end(tmp_path):
+    out = tmp_path / "peers.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_peers.py"), "--models", "dkt"]
+    cmd += ["qdkt", "cl4kt", "--batch", "8", "--len", "50", "--repeats", "2", "--out", str(out)]
+    run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    rows = {r["model"]: r for r in json.loads(out.read_text())}
+    printed = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert [r["model"] for r in printed] == ["dkt", "qdkt", "cl4kt"]
+    assert "skipped" in rows["cl4kt"] and rows["cl4kt"]["pykt_model"] == "cl4kt"
+    for name, num_pid in (("dkt", 0), ("qdkt", 1000)):
+        r = rows[name]
+        assert "error" not in r, r
+        assert r["pykt_model"] == name and r["num_pid"] == num_pid
+        assert (r["device"], r["B"], r["L"]) == ("cpu", 8, 50)
+        assert isinstance(r["notes"], list) and r["pykt"]
+        for side in ("ours", "theirs"):
+            s = r[side]
+            assert s["params"] > 0 and isinstance(s["config"], dict)
+            assert s["train_step_s"] > 0 and s["inference_s"] > 0 and s["ops_per_step"] > 0
+        for key, field in (("train_step", "train_step_s"), ("inference", "inference_s")):
+            ratio = r["ours"][field] / r["theirs"][field]
+            assert r["ours_over_theirs"][key] == pytest.approx(ratio, rel=0.05, abs=2e-3)
+    # same sizes where both have them: DKT's and qDKT's parameter counts agree exactly
+    assert rows["dkt"]["ours"]["params"] == rows["dkt"]["theirs"]["params"]
+    assert rows["dkt"]["theirs"]["config"] == {"emb_size": 200, "dropout": 0.1}
