@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import difflib
 import html
 import json
 import os
@@ -36,16 +37,19 @@ COMPARE = NOTEBOOKS / "10_compare_models.ipynb"  # the leaderboard notebook (`ch
 
 
 def load_profile(name: str) -> dict:
-    """Read notebooks/params/<name>.yaml (clear error listing the available profiles)."""
+    """Read notebooks/params/<name>.yaml (clear error listing the available profiles), checked
+    by `check_profile`."""
     path = NOTEBOOKS / "params" / f"{name}.yaml"
     if not path.exists():
         have = sorted(p.stem for p in (NOTEBOOKS / "params").glob("*.yaml"))
         raise FileNotFoundError(f"no profile {name!r} ({path}); available: {have}")
-    return read_mapping(path)
+    profile = read_mapping(path)
+    check_profile(profile, path)
+    return profile
 
 
-def notebook_params(profile: dict, path: Path) -> dict:
-    """Parameters for one notebook: common + per-notebook, filtered to what it declares."""
+def declared_params(path: Path) -> set[str]:
+    """The names a notebook's `parameters` cell declares."""
     import nbformat
     import papermill as pm
 
@@ -55,6 +59,40 @@ def notebook_params(profile: dict, path: Path) -> dict:
     for cell in nbformat.read(str(path), as_version=4).cells:
         if "parameters" in cell.get("metadata", {}).get("tags", []):
             declared |= set(re.findall(r"^([A-Za-z_]\w*)\s*[:=]", cell.source, re.M))
+    return declared
+
+
+def _nearest(name: str, valid: set[str]) -> str:
+    close = difflib.get_close_matches(name, sorted(valid), n=1)
+    return f"; did you mean {close[0]!r}?" if close else f"; valid: {sorted(valid)}"
+
+
+def check_profile(profile: dict, source: Path | str = "profile") -> None:
+    """Refuse a profile naming a notebook that does not exist, or a parameter the notebook (or,
+    under `common`, every notebook) does not declare: a typo would run "with defaults"."""
+    notebooks = {p.stem: p for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")}
+    declared = {stem: declared_params(path) for stem, path in notebooks.items()}
+    for key, params in profile.items():
+        if key == "common":
+            valid = set().union(*declared.values())
+        elif key not in notebooks:
+            raise ValueError(f"{source}: no notebook {key!r}{_nearest(key, set(notebooks))}")
+        else:
+            valid = declared[key]
+        if not isinstance(params, dict):
+            raise ValueError(f"{source}: {key!r} must map parameters to values, got {params!r}")
+        for name in params:
+            if name not in valid:
+                where = "any notebook" if key == "common" else key
+                raise ValueError(
+                    f"{source}: {key}.{name}: {where} declares no parameter {name!r}"
+                    f"{_nearest(name, valid)}"
+                )
+
+
+def notebook_params(profile: dict, path: Path) -> dict:
+    """Parameters for one notebook: common + per-notebook, filtered to what it declares."""
+    declared = declared_params(path)
     merged = {**(profile.get("common") or {}), **(profile.get(path.stem) or {})}
     return {k: v for k, v in merged.items() if k in declared}
 

@@ -133,3 +133,24 @@ def test_papermill_parses_every_parameter_cell_without_warnings(caplog):
         for path in sorted(reports.NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
             pm.inspect_notebook(str(path))
     assert "Unable to parse" not in caplog.text, caplog.text
+
+
+@pytest.mark.parametrize(
+    "profile, message",
+    [
+        ({"03_train_sakt": {"epoch": 2}}, r"03_train_sakt.epoch: .*did you mean 'epochs'\?"),
+        (
+            {"03_train_sak": {"epochs": 2}},
+            r"no notebook '03_train_sak'; did you mean '03_train_sakt'",
+        ),
+        ({"common": {"seedd": 1}}, r"common.seedd: any notebook declares no parameter 'seedd'"),
+    ],
+)
+def test_a_profile_typo_is_refused_with_the_nearest_name(profile, message):
+    with pytest.raises(ValueError, match=message):
+        reports.check_profile(profile, "quick.yaml")
+
+
+def test_the_shipped_profiles_pass_the_check():
+    for name in ("quick", "full"):
+        reports.load_profile(name)  # raises on a typo
