@@ -105,22 +105,46 @@ def test_commands_name_modules_and_flags_that_exist():
     assert not bad, "\n".join(bad)
 
 
-def test_readme_python_example_runs(tmp_path, monkeypatch):
-    """The README's "your own data" example, on a tiny 3-line folder, tiny preset, one epoch."""
-    from kt_lib.data import simulate, write_line3
+def _class_log(folder: Path, students: int = 50) -> Path:
+    """A class of `students` as an interaction log with the usual column names."""
+    import numpy as np
 
-    code = re.search(r"```python\n(.*?)```", TEXT["README.md"], re.S).group(1)
-    sim = simulate(num_students=40, seq_len=20, num_c=5, seed=0).data
-    folder = tmp_path / "mine"
+    from kt_lib.data import simulate
+
+    sim = simulate(num_students=students, seq_len=20, num_c=5, seed=0).data
+    lines = ["student,question,skill,correct,timestamp"]
+    for s in sim.students:
+        for t, (q, r) in enumerate(zip(s.q, s.r, strict=True)):
+            lines.append(f"s{s.uid},p{(q * 7 + t) % 11},k{q},{r},{t}")
     folder.mkdir()
-    write_line3(sim.subset(range(30)), folder / "mine_train.csv")
-    write_line3(sim.subset(range(30, 40)), folder / "mine_test.csv")
-    code = code.replace("path/to/my_folder", str(folder)).replace('preset="paper"', 'preset="tiny"')
-    code = code.replace("epochs=30", "epochs=1")
-    monkeypatch.setattr("builtins.print", lambda *a, **k: printed.extend(a))
+    (folder / "class.csv").write_text("\n".join(lines) + "\n")
+    assert len(np.unique([line.split(",")[0] for line in lines[1:]])) == students
+    return folder
+
+
+def test_readme_examples_run_on_a_class_of_50(tmp_path, monkeypatch):
+    """The README's "your own data" examples as written (paper preset; one epoch instead of 30)
+    on a 50-student log: the Python one, and the shell one (SimAKT beside DTransformer) through
+    the same entry point. SimAKT's banks shrink to the class, with a notice."""
+    folder = _class_log(tmp_path / "my_folder")
+    code = re.search(r"```python\n(.*?)```", TEXT["README.md"], re.S).group(1)
+    code = code.replace("path/to/my_folder", str(folder)).replace("epochs=30", "epochs=1")
     printed: list = []
-    exec(compile(code, "README.md", "exec"), {})
+    monkeypatch.setattr("builtins.print", lambda *a, **k: printed.extend(a))
+    with pytest.warns(UserWarning, match="bank sizes shrink to fit"):
+        exec(compile(code, "README.md", "exec"), {})
     assert printed and 0.0 <= printed[0]["auc"] <= 1.0
+    monkeypatch.undo()
+    shell = next(b for b in bash_blocks(TEXT["README.md"]) if "kt run" in b)
+    argv = shell.split("kt run", 1)[1].split("\n")[0].split()
+    argv = [str(folder) if a == "path/to/my_folder" else a for a in argv]
+    argv = [str(tmp_path / "mine.json") if a == "runs/mine.json" else a for a in argv]
+    argv[argv.index("--epochs") + 1] = "1"
+    from kt_lib.runs import experiment
+
+    experiment.main(argv)
+    rows = __import__("json").loads((tmp_path / "mine.json").read_text())["results"]
+    assert [r["model"] for r in rows] == ["dtransformer", "simakt"]
 
 
 def test_extending_model_example_is_a_whole_model_that_passes_the_audits():

@@ -103,3 +103,12 @@ def test_cli_reads_a_log_with_a_column_map(tmp_path, capsys):
     with pytest.raises(SystemExit):
         experiment.main([*args, "--columns", "pupil=who"])
     assert "'pupil=who' is not ROLE=COLUMN" in capsys.readouterr().err
+
+
+def test_set_with_a_model_prefix_reaches_that_model_only():
+    fields = experiment.model_fields(
+        ["d=8", "simakt.similarity=knn_only"], ["dtransformer", "simakt"]
+    )
+    assert fields == {"dtransformer": {"d": 8}, "simakt": {"d": 8, "similarity": "knn_only"}}
+    with pytest.raises(ValueError, match="'sakt' is not one of --models"):
+        experiment.model_fields(["sakt.d=8"], ["dkt"])

@@ -122,6 +122,12 @@ class KTModel(nn.Module):
     def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
         raise NotImplementedError
 
+    @classmethod
+    def fit_to_data(cls, config, dataset: KTDataset):
+        """The config to build on `dataset` (its training students); a model whose sizes depend
+        on the data (memory banks) adjusts them here and says so. Default: unchanged."""
+        return config
+
     def prepare(self, train: KTDataset) -> None:
         """Fit whatever needs the training students (references, memory banks) before training."""
 
@@ -199,4 +205,6 @@ def build_model(
     cls = MODELS[name]
     config = make_config(name, config, dataset, preset, **overrides)
     cls.check_data(config.num_pid, dataset.name if dataset is not None else "the config")
+    if dataset is not None:
+        config = cls.fit_to_data(config, dataset)
     return cls(config)

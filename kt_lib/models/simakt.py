@@ -24,6 +24,8 @@ students only.
 from __future__ import annotations
 
 import copy
+import math
+import warnings
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -115,6 +117,10 @@ class SimAKTConfig(DTransformerConfig):
         "tiny": {**DTransformerConfig.PRESETS["tiny"], "similarity": TINY_SIMILARITY},
         **{name: {"similarity": name} for name in list_simakt_presets()},
     }
+
+
+class BankSizeWarning(UserWarning):
+    """A SimAKT bank size was shrunk to fit the training students available."""
 
 
 @register("simakt")
@@ -217,6 +223,33 @@ class SimAKT(DTransformer):
             finally:
                 self.train(was_training)
         self.folds = folds
+
+    @classmethod
+    def fit_to_data(cls, config: SimAKTConfig, dataset: KTDataset) -> SimAKTConfig:
+        """Bank sizes (n_clusters, memory_size, k_neighbors) larger than a bank fold of
+        `dataset` (the students outside one cross-fitting fold) shrink to it, with a one-line
+        notice (`BankSizeWarning`): a class of 50 students still trains."""
+        parsed = config.similarity_config()
+        folds = parsed.memory.folds
+        available = len(dataset) - math.ceil(len(dataset) / folds)
+        if available < 1 or not parsed.heads:
+            return config
+        wanted = {}
+        for name in ("n_clusters", "memory_size", "k_neighbors"):
+            values = [getattr(h.params, name) for _, h in parsed._takers(name)]
+            if values and max(values) > available:
+                wanted[name] = available
+        if not wanted:
+            return config
+        shrunk = parsed.shrink(**wanted)
+        said = ", ".join(f"{k} -> {v}" for k, v in wanted.items())
+        warnings.warn(
+            f"simakt: {len(dataset)} training students leave {available} per bank fold; "
+            f"bank sizes shrink to fit ({said})",
+            BankSizeWarning,
+            stacklevel=3,
+        )
+        return replace(config, similarity=shrunk)
 
     def prepare(self, train: KTDataset) -> None:
         """Influence rule, then the banks: built from `train`, or read from memory.bank_dir."""

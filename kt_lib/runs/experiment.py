@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import pandas as pd
 import torch
+import yaml
 
 from ..data.dataset import KTDataset
 from ..fileio import save_json
@@ -208,7 +209,13 @@ def _parser() -> argparse.ArgumentParser:
         help="attention backend (default: by device)",
     )
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
-    p.add_argument("--set", nargs="*", default=[], help="model fields key=value (YAML values)")
+    p.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        help="model fields key=value (YAML values), for every model; MODEL.key=value for one "
+        "(e.g. simakt.similarity=knn_only beside dtransformer)",
+    )
     p.add_argument(
         "--out",
         default="results.json",
@@ -217,6 +224,22 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--overwrite", action="store_true", help="start --out afresh")
     return p
+
+
+def model_fields(items: list[str], models: list[str]) -> dict[str, dict]:
+    """--set items -> each model's fields: `key=value` for every model, `model.key=value` for
+    the named one (which must be among `models`); values are YAML."""
+    out: dict[str, dict] = {m: {} for m in models}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set {item!r}: expected key=value or model.key=value")
+        model, dot, field_name = key.rpartition(".")
+        if dot and model not in out:
+            raise ValueError(f"--set {item!r}: {model!r} is not one of --models {models}")
+        for m in [model] if dot else models:
+            out[m][field_name if dot else key] = yaml.safe_load(value)
+    return out
 
 
 def column_map(text: str | None) -> dict[str, str]:
@@ -257,11 +280,13 @@ def _kept_rows(out: str, overwrite: bool) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import yaml
 
     p = _parser()
     a = p.parse_args(argv)
-    fields = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in a.set)}
+    try:
+        per_model = model_fields(a.set, a.models)
+    except ValueError as exc:
+        p.error(str(exc))
     try:
         data = DataSpec(a.data_dir, a.data_format, a.fold, kw=column_map(a.columns))
     except ValueError as exc:
@@ -286,7 +311,14 @@ def main(argv: list[str] | None = None) -> None:
         verbose=True,
     )
     specs = [
-        RunSpec(name, a.preset, fields, seed=seed, train=tc, eval=EvalConfig.of(tc, a.histories))
+        RunSpec(
+            name,
+            a.preset,
+            per_model[name],
+            seed=seed,
+            train=tc,
+            eval=EvalConfig.of(tc, a.histories),
+        )
         for name in a.models
         for seed in a.seeds
     ]
