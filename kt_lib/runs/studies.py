@@ -334,7 +334,7 @@ def render(study: Study, path: str | Path | None = None) -> str:
     runs = load_results(path)
     if "error" in runs:
         runs = runs[runs["error"].isna()]
-    metrics = ["test_auc"] + (["test_qwk"] if "test_qwk" in runs else [])
+    metrics = [m for m in ("test_auc", "test_qwk") if m in runs]  # ordinal K > 2: no AUC
     g = runs.groupby(["dataset", "model"], sort=False)
     rows = []
     for (dataset, model), part in g:
