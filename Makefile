@@ -42,8 +42,10 @@ lint: env
 	$(BIN)/ruff check kt_lib tests benchmarks
 	$(BIN)/ruff format --check kt_lib tests benchmarks
 
+# Jupyter flags through ARGS, e.g. make lab ARGS="--allow-root --no-browser --port 8899"
+ARGS ?=
 lab: env
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab notebooks/ $(ARGS)
 
 benchmarks: env
 	$(BIN)/python benchmarks/bench_models.py

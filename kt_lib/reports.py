@@ -43,9 +43,26 @@ def load_profile(name: str) -> dict:
     if not path.exists():
         have = sorted(p.stem for p in (NOTEBOOKS / "params").glob("*.yaml"))
         raise FileNotFoundError(f"no profile {name!r} ({path}); available: {have}")
-    profile = read_mapping(path)
+    profile = with_data_root(read_mapping(path))
     check_profile(profile, path)
     return profile
+
+
+def data_root() -> str:
+    """Where the public datasets are: $KT_DATA, else ../shared/data beside the checkout (as a
+    path relative to the repository root, where the notebooks run)."""
+    return os.environ.get("KT_DATA") or "../shared/data"
+
+
+def with_data_root(value):
+    """A profile with `${KT_DATA}` in its strings replaced by `data_root()`."""
+    if isinstance(value, str):
+        return value.replace("${KT_DATA}", data_root())
+    if isinstance(value, list):
+        return [with_data_root(v) for v in value]
+    if isinstance(value, dict):
+        return {k: with_data_root(v) for k, v in value.items()}
+    return value
 
 
 def declared_params(path: Path) -> set[str]:

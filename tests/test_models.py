@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
@@ -312,3 +313,16 @@ def test_seed_size_presets():
     assert idkt == build_model("idkt", preset="design", num_c=NUM_C).config
     ikt3 = build_model("ikt3", preset="design", num_c=NUM_C).config
     assert (ikt3.n_blocks, ikt3.d, ikt3.n_heads) == (8, 256, 8)
+
+
+def test_every_model_builds_at_its_paper_preset(name):
+    """The published sizes build (100 skills; 1,000 problems for models that need them) and
+    round-trip through their config dict."""
+    num_pid = 1000 if "pid" in MODELS[name].needs else 0
+    K = 4 if MODELS[name].ordinal else 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = build_model(name, preset="paper", num_c=100, num_pid=num_pid, K=K)
+        again = build_model(name, config=dataclasses.asdict(model.config))
+    assert sum(p.numel() for p in model.parameters()) > 0
+    assert again.config == model.config

@@ -69,10 +69,8 @@ def test_profile_reaches_parameters_papermill_cannot_parse():
     data_dir must still reach every notebook that declares it, and nothing undeclared."""
     from pathlib import Path
 
-    import yaml
-
     root = Path(reports.__file__).resolve().parents[1]
-    full = yaml.safe_load((root / "notebooks" / "params" / "full.yaml").read_text())
+    full = reports.load_profile("full")  # ${KT_DATA}: ../shared/data when unset
     params = reports.notebook_params(full, root / "notebooks" / "03_train_sakt.ipynb")
     assert params["data_dir"] == "../shared/data/assist2009" and params["preset"] == "paper"
     assert "binary_data_dir" not in params and "configs" not in params
@@ -154,3 +152,11 @@ def test_a_profile_typo_is_refused_with_the_nearest_name(profile, message):
 def test_the_shipped_profiles_pass_the_check():
     for name in ("quick", "full"):
         reports.load_profile(name)  # raises on a typo
+
+
+def test_the_full_profile_reads_its_data_under_kt_data(monkeypatch):
+    monkeypatch.setenv("KT_DATA", "/data/kt")
+    full = reports.load_profile("full")
+    assert full["common"]["data_dir"] == "/data/kt/assist2009"
+    monkeypatch.delenv("KT_DATA")
+    assert reports.load_profile("full")["common"]["data_dir"] == "../shared/data/assist2009"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -38,7 +39,8 @@ from .tables import mean_std, to_markdown
 
 RESULTS = ROOT / "results"
 CHECKPOINTS = ROOT / "runs" / "checkpoints"  # git-ignored: per-run epoch checkpoints of studies
-DATA_ROOT = ROOT.parent / "shared" / "data"
+# the public datasets' folder: $KT_DATA, else ../shared/data beside the checkout
+DATA_ROOT = Path(os.environ.get("KT_DATA") or ROOT.parent / "shared" / "data")
 PREPARED = ROOT / "data" / "prepared"  # git-ignored: folders `prepare` makes from raw files
 
 
