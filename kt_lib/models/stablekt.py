@@ -33,8 +33,8 @@ from ..nn import reference
 from ..nn.attention import causal_mask
 from ..nn.blocks import TransformerLayer, mlp_head
 from ..nn.embeddings import QuestionEmbedding
-from ..nn.shapes import merge_heads, split_heads
 from .base import BaseConfig, KTModel, ModelOutput, register
+from .simplekt import SharedQKAttention
 
 
 @dataclass
@@ -92,46 +92,26 @@ def _attention_out(*args) -> torch.Tensor:
     return reference.stable_attention(*args)[0]
 
 
-class StableAttention(nn.Module):
-    """Shared query/key projection (pyKT's kq_same=1), `reference.stable_attention` on heads."""
+class StableAttention(SharedQKAttention):
+    """simpleKT's shared query/key attention with `reference.stable_attention` on the heads."""
 
     def __init__(
         self, d: int, n_heads: int, dropout: float, radius: float, gamma: float, ckpt: bool
     ):
-        super().__init__()
-        self.h, self.dropout, self.radius, self.gamma = n_heads, dropout, radius, gamma
-        self.ckpt = ckpt
-        self.k_proj = nn.Linear(d, d)  # queries and keys
-        self.v_proj = nn.Linear(d, d)
-        self.out_proj = nn.Linear(d, d)
-        for lin in (self.k_proj, self.v_proj):  # pyKT's init; out_proj keeps torch's weights
-            nn.init.xavier_uniform_(lin.weight)
-        for lin in (self.k_proj, self.v_proj, self.out_proj):
-            nn.init.zeros_(lin.bias)
+        super().__init__(d, n_heads, dropout)
+        self.radius, self.gamma, self.ckpt = radius, gamma, ckpt
         self.register_buffer("slopes", reference.alibi_slopes(n_heads), persistent=False)  # [H]
 
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        mask: torch.Tensor,
-        need_weights: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """query [B, L, D], key/value [B, S, D], bool mask -> [B, L, D] (+ [B, H, L, S])."""
-        k = split_heads(self.k_proj(key), self.h)  # [B, H, S, Dh]
-        q = k if query is key else split_heads(self.k_proj(query), self.h)  # [B, H, L, Dh]
-        v = split_heads(self.v_proj(value), self.h)  # [B, H, S, Dh]
+    def weigh(self, q, k, v, mask, dropout: float, need_weights: bool):
+        """Heads [B, H, L, Dh] -> (out, weights [B, H, L, S] if asked)."""
         low = (torch.float16, torch.bfloat16)  # under autocast the score chain stays float32
         q, k, v = (t.float() if t.dtype in low else t for t in (q, k, v))
-        p = self.dropout if self.training else 0.0
-        args = (q, k, v, self.slopes, self.radius, self.gamma, mask, p)
+        args = (q, k, v, self.slopes, self.radius, self.gamma, mask, dropout)
         if self.ckpt and torch.is_grad_enabled() and not need_weights:
             # the same numbers (dropout draws replayed); backward recomputes the weights
-            out = checkpoint(_attention_out, *args, use_reentrant=False)
-            return self.out_proj(merge_heads(out)), None
+            return checkpoint(_attention_out, *args, use_reentrant=False), None
         out, w = reference.stable_attention(*args)
-        return self.out_proj(merge_heads(out)), (w if need_weights else None)
+        return out, (w if need_weights else None)
 
 
 @register("stablekt")
