@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> None:
         precision=a.precision,
         backend=a.backend,
         compile=a.compile,
-        progress=False,
+        progress=sys.stderr.isatty(),  # a bar per epoch at a terminal, none in logs
         verbose=True,
     )
     specs = [
