@@ -123,9 +123,11 @@ class KTModel(nn.Module):
         raise NotImplementedError
 
     @classmethod
-    def fit_to_data(cls, config, dataset: KTDataset):
+    def fit_to_data(cls, config, dataset: KTDataset, fixed: frozenset[str] = frozenset()):
         """The config to build on `dataset` (its training students); a model whose sizes depend
-        on the data (memory banks) adjusts them here and says so. Default: unchanged."""
+        on the data (memory banks) adjusts them here and says so, never touching the fields in
+        `fixed` (those the caller set explicitly: a search or grid tests exactly what it asked).
+        Default: unchanged."""
         return config
 
     def prepare(self, train: KTDataset) -> None:
@@ -203,8 +205,10 @@ def build_model(
 ) -> KTModel:
     """Build a registered model; unknown names raise KeyError listing the valid ones."""
     cls = MODELS[name]
+    config_given = config is not None
     config = make_config(name, config, dataset, preset, **overrides)
     cls.check_data(config.num_pid, dataset.name if dataset is not None else "the config")
-    if dataset is not None:
-        config = cls.fit_to_data(config, dataset)
+    if dataset is not None:  # a config given whole is taken as it is; a preset may be fitted
+        given = {f.name for f in dataclasses.fields(config)} if config_given else set(overrides)
+        config = cls.fit_to_data(config, dataset, frozenset(given))
     return cls(config)

@@ -225,10 +225,15 @@ class SimAKT(DTransformer):
         self.folds = folds
 
     @classmethod
-    def fit_to_data(cls, config: SimAKTConfig, dataset: KTDataset) -> SimAKTConfig:
+    def fit_to_data(
+        cls, config: SimAKTConfig, dataset: KTDataset, fixed: frozenset[str] = frozenset()
+    ) -> SimAKTConfig:
         """Bank sizes (n_clusters, memory_size, k_neighbors) larger than a bank fold of
         `dataset` (the students outside one cross-fitting fold) shrink to it, with a one-line
-        notice (`BankSizeWarning`): a class of 50 students still trains."""
+        notice (`BankSizeWarning`): a class of 50 students still trains. A similarity the caller
+        set (`fixed`) is built as given (too large a bank is then an error naming the size)."""
+        if "similarity" in fixed:
+            return config
         parsed = config.similarity_config()
         folds = parsed.memory.folds
         available = len(dataset) - math.ceil(len(dataset) / folds)
