@@ -117,6 +117,7 @@ class KTModel(nn.Module):
 
     def __init__(self, config):
         super().__init__()
+        type(self).check_data(getattr(config, "num_pid", 0), "the config")
         self.config = config
 
     def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
