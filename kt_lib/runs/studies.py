@@ -146,15 +146,25 @@ _SIMAKT = {
 A09, ALG05 = ("assist2009", "line3"), ("algebra05", "auto")
 A15, STATICS = ("assist2015", "pykt"), ("statics2011", "line3")
 # the field's baselines (the baselines study), cheapest first on CPU
-_SPARSEKT = {
+_BASELINE_VARIANTS = {
     "sparsekt_topk": {"model": "sparsekt", "selection": "topk", "k": 5},
     "sparsekt_soft": {"model": "sparsekt", "selection": "soft", "ratio": 0.8},
+    # ATKT at pyKT's sizes (kt_config.json: 80/80/80, dropout 0.2) beside the authors' sizes
+    "atkt_pykt": {
+        "model": "atkt",
+        "skill_dim": 80,
+        "answer_dim": 80,
+        "hidden_dim": 80,
+        "attention_dim": 80,
+        "dropout": 0.2,
+    },
 }
 SKILL_BASELINES = (
     "deep_irt",
     "dkvmn",
     "atkt",
     "simplekt",
+    "atkt_pykt",
     "sparsekt_topk",
     "sparsekt_soft",
     "kqn",
@@ -221,7 +231,7 @@ STUDIES = {
                 Part((A15,), SKILL_BASELINES),
                 Part((ALG05,), PID_BASELINES),
             ),
-            variants=_SPARSEKT,
+            variants=_BASELINE_VARIANTS,
             folds=1,
             seeds=(0,),
             filling=True,
