@@ -286,21 +286,26 @@ def get(name: str) -> Study:
 
 
 def status(study: Study, data_root: str | Path = DATA_ROOT, path: str | Path | None = None):
-    """(done rows, left plan entries, ETA seconds from the finished runs' mean wall time per
-    model, or None when no run of that model has finished)."""
+    """(done rows, left plan entries, ETA seconds, or None before any run has finished). A left
+    run costs its model's mean wall time on that dataset, else the model's mean, else the mean of
+    every finished run (a rough guess until the model's first run lands)."""
     rows = [r for r in read_runs(path or study.path) if not r.get("error")]
     have = {r["run_key"] for r in rows if r.get("run_key")}
     plan = study.plan(data_root)
     left = [p for p in plan if p["key"] not in have]
-    walls: dict[str, list[float]] = {}
+    walls: dict[tuple, list[float]] = {}
     for r in rows:
-        walls.setdefault(r["model"], []).append(float(r.get("wall_seconds") or 0))
+        wall = float(r.get("wall_seconds") or 0)
+        for key in ((r["dataset"], r["model"]), (r["model"],), ()):
+            walls.setdefault(key, []).append(wall)
+    if not rows:
+        return rows, left, None
     eta = 0.0
     for p in left:
-        w = walls.get(p["model"])
-        if not w:
-            return rows, left, None
-        eta += sum(w) / len(w)
+        for key in ((p["dataset"], p["model"]), (p["model"],), ()):
+            if key in walls:
+                eta += sum(walls[key]) / len(walls[key])
+                break
     return rows, left, eta
 
 
@@ -415,8 +420,8 @@ def published_figures(dataset: str, model: str) -> str:
 
 def _fmt_eta(seconds: float | None) -> str:
     if seconds is None:
-        return "unknown (no finished run of some model yet)"
-    return f"{seconds / 3600:.1f} h at the finished runs' mean wall time"
+        return "unknown (no finished run yet)"
+    return f"{seconds / 3600:.1f} h at the finished runs' mean wall time on this machine"
 
 
 def main(argv: list[str] | None = None) -> None:
