@@ -67,6 +67,7 @@ PUBLISHED: tuple[PublishedResult, ...] = (
             ("sparsekt_soft", 0.7379),
             ("sparsekt_topk", 0.7502),
             ("atkt", 0.7245),
+            ("atkt_pykt", 0.7245),  # the same figure: our ATKT at pyKT's sizes
             ("deep_irt", 0.7219),
             ("gkt", 0.7258),
             ("skvmn", 0.7080),
