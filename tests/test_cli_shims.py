@@ -48,7 +48,8 @@ def test_kt_help_lists_every_subcommand_and_each_answers_help(capsys):
     "argv, message",
     [
         (["run", "--models", "no_such_model"], "unknown model 'no_such_model'"),
-        (["run", "--models", "dkt", "--epochs", "-3"], "epochs"),
+        (["run", "--models", "dkt", "--epochs", "-3"], "argument --epochs: must be >= 1, got -3"),
+        (["run", "--models", "dkt", "--lr", "nan"], "argument --lr: must be finite > 0"),
         (["run", "--models", "dkt", "--data-dir", "/no/such/folder"], "/no/such/folder"),
         (["nope"], "unknown command 'nope'"),
         (["bench", "nope"], "no benchmark 'nope'"),
@@ -58,4 +59,7 @@ def test_input_errors_are_one_line_and_exit_2(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("error: "), err
+    assert "usage: kt run" not in err  # no usage block before a bad flag's line
     assert sum(line.startswith("error: ") for line in err.splitlines()) == 1

@@ -67,9 +67,8 @@ def test_report_index_shows_summaries(tmp_path):
 def test_profile_reaches_parameters_papermill_cannot_parse():
     """`data_dir: str | None = None` is skipped by papermill's inspector; the full profile's
     data_dir must still reach every notebook that declares it, and nothing undeclared."""
-    from pathlib import Path
 
-    root = Path(reports.__file__).resolve().parents[1]
+    root = reports.ROOT
     full = reports.load_profile("full")  # ${KT_DATA}: ../shared/data when unset
     params = reports.notebook_params(full, root / "notebooks" / "03_train_sakt.ipynb")
     assert params["data_dir"] == "../shared/data/assist2009" and params["preset"] == "paper"
@@ -160,3 +159,62 @@ def test_the_full_profile_reads_its_data_under_kt_data(monkeypatch):
     assert full["common"]["data_dir"] == "/data/kt/assist2009"
     monkeypatch.delenv("KT_DATA")
     assert reports.load_profile("full")["common"]["data_dir"] == "../shared/data/assist2009"
+
+
+def test_warnings_move_into_one_notes_list_without_machine_paths(tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    root = str(reports.ROOT)
+    warned = new_code_cell("build()")
+    warned.outputs = [
+        new_output(
+            "stream",
+            name="stderr",
+            text=f"{root}/kt_lib/heads/x.py:47: SeedRangeWarning: n_clusters=20 is small\n"
+            "  warnings.warn(msg, SeedRangeWarning)\n"
+            "an ordinal stderr line\n",
+        ),
+        new_output("stream", name="stdout", text="done\n"),
+    ]
+    again = new_code_cell("build()")
+    again.outputs = [
+        new_output(
+            "stream",
+            name="stderr",
+            text=f"{root}/kt_lib/heads/x.py:47: SeedRangeWarning: n_clusters=20 is small\n"
+            "  warnings.warn(msg, SeedRangeWarning)\n"
+            "/usr/lib/python3/site-packages/pkg/mod.py:3: FutureWarning: old <api>\n",
+        )
+    ]
+    path = tmp_path / "02_a.ipynb"
+    nbformat.write(new_notebook(cells=[warned, again]), path)
+    notes = reports.collect_notes(path)
+    assert notes == [
+        "SeedRangeWarning: n_clusters=20 is small (kt_lib/heads/x.py:47)",
+        "FutureWarning: old <api> (pkg/mod.py:3)",
+    ]
+    nb = nbformat.read(path, as_version=4)  # still a valid notebook: the notes cell has an id
+    nbformat.validate(nb)
+    first, second, last = nb.cells
+    assert [o.get("text") for o in first.outputs] == ["an ordinal stderr line\n", "done\n"]
+    assert second.outputs == []  # only warnings: the red box is gone
+    assert last.cell_type == "markdown" and "### Notes" in last.source
+    assert root not in json.dumps(nb) and "old &lt;api&gt;" in last.source
+
+
+@pytest.mark.slow
+def test_a_quick_run_labels_the_committed_results_in_its_index(tmp_path, capfd):
+    """Notebook 10 shows the committed store by default: the index says so, with the runs'
+    commits and devices, and a notebook trained now says it ran on the simulator; the kernel
+    runs over IPC, so ipykernel's TCP warning is not printed."""
+    reports.run(only=["01", "10"], out=tmp_path, overrides={"ordinal_models": []})
+    import re
+
+    page = (tmp_path / "index.html").read_text()
+    row = {m[1]: m[0] for m in re.finditer(r"<tr><td>(\w+)</td>.*?</tr>", page, re.S)}
+    committed = row["10_compare_models"]
+    assert "the committed store (results/base.json" in committed
+    assert "commits " in committed and "devices " in committed
+    assert "this run: the simulator" in row["01_load_data"]
+    assert "without encryption" not in capfd.readouterr().err

@@ -293,14 +293,13 @@ def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
 def test_full_profile_variants_build_and_pairs_name_its_models():
     """The full profile's variants name registered models with valid fields, and every pair it
     asks for compares two of its models."""
-    from pathlib import Path
 
     import yaml
 
     from kt_lib.data import load_bundle
     from kt_lib.models import MODELS, build_model
 
-    root = Path(reports.__file__).resolve().parents[1]
+    root = reports.ROOT
     full = yaml.safe_load((root / "notebooks" / "params" / "full.yaml").read_text())
     params = reports.notebook_params(full, root / "notebooks" / "10_compare_models.ipynb")
     models, variants = params["models"], params["variants"]
@@ -326,14 +325,13 @@ def test_full_profile_simakt_banks_fit_statics2011():
     """Statics2011's folds hold 176-193 training students, too few to fill 2 bank folds of 100
     clusters: the full profile's per-dataset overrides give every SimAKT row there banks it can
     build, on its smallest fold (3) and its largest (1)."""
-    from pathlib import Path
 
     import yaml
 
     from kt_lib.data import load_bundle
     from kt_lib.models import build_model
 
-    root = Path(reports.__file__).resolve().parents[1]
+    root = reports.ROOT
     data_dir = root.parent / "shared" / "data" / "statics2011"
     if not data_dir.is_dir():
         pytest.skip("../shared/data/statics2011 is not here")

@@ -9,7 +9,6 @@ layout with both heads off, hence their matched baseline.
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 
 import pytest
 import torch
@@ -75,7 +74,7 @@ def test_inter_off_drops_a_size_rule_and_is_a_setting():
 
 
 def test_the_full_profile_pairs_each_simakt_variant_with_its_inter_off_baseline():
-    root = Path(reports.__file__).resolve().parents[1]
+    root = reports.ROOT
     full = yaml.safe_load((root / "notebooks" / "params" / "full.yaml").read_text())
     params = reports.notebook_params(full, root / "notebooks" / "10_compare_models.ipynb")
     variants = params["variants"]

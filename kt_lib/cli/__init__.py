@@ -15,6 +15,8 @@ print one `error: ...` line and exit 2; `kt --debug ...` shows the traceback ins
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import importlib
 import runpy
 import sys
@@ -65,6 +67,22 @@ def _bench(argv: list[str]) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def one_line_usage_errors(name: str):
+    """While a command runs, argparse reports a bad flag in one line naming the flag and
+    `--help` (instead of the whole usage block before it), exit status 2 as always."""
+
+    def error(parser: argparse.ArgumentParser, message: str):
+        parser.exit(2, f"error: {message} (kt {name} --help lists the options)\n")
+
+    saved = argparse.ArgumentParser.error
+    argparse.ArgumentParser.error = error
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = saved
+
+
 def _entry(name: str) -> Callable[[list[str]], object]:
     module, prefix, _ = COMMANDS[name]
     if not module:
@@ -90,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.argv[0] = f"kt {name}"  # argparse's usage lines say `kt run`, not the module
     try:
-        code = _entry(name)(rest)
+        with one_line_usage_errors(name):
+            code = _entry(name)(rest)
     except SystemExit as exc:  # argparse's own exit (--help, a bad flag)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     except INPUT_ERRORS as exc:

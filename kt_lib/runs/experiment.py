@@ -182,11 +182,13 @@ def _parser() -> argparse.ArgumentParser:
         default="workbook",
         help="training recipe (TrainConfig.recipe): workbook | akt_authors; flags below override",
     )
-    p.add_argument("--epochs", type=int, default=None, help="default: 30 (workbook recipe)")
-    p.add_argument("--patience", type=int, default=None)
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--lr", type=float, default=None)
-    p.add_argument("--max-len", type=int, default=200)
+    p.add_argument(
+        "--epochs", type=at_least_one, default=None, help="default: 30 (workbook recipe)"
+    )
+    p.add_argument("--patience", type=at_least_one, default=None)
+    p.add_argument("--batch-size", type=at_least_one, default=None)
+    p.add_argument("--lr", type=positive_float, default=None)
+    p.add_argument("--max-len", type=at_least_one, default=200)
     p.add_argument(
         "--histories",
         nargs="+",
@@ -224,6 +226,28 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--overwrite", action="store_true", help="start --out afresh")
     return p
+
+
+def at_least_one(text: str) -> int:
+    """argparse type: an integer >= 1 (argparse names the flag in its error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be finite > 0, got {text}")
+    return value
 
 
 def model_fields(items: list[str], models: list[str]) -> dict[str, dict]:

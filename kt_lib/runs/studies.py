@@ -167,14 +167,15 @@ SKILL_BASELINES = (
     "atkt_pykt",
     "sparsekt_topk",
     "sparsekt_soft",
-    "kqn",
-    "dkt_plus",
     "skvmn",
     "saint",
     "folibikt",
     "gkt",
     "stablekt",
     "cl4kt",
+    # optional in the baselines issue: after the required ones
+    "kqn",
+    "dkt_plus",
 )
 PID_BASELINES = ("qdkt", "dimkt", "atdkt")
 # today's models beyond the three classic baselines, in the order the leaderboard fills them

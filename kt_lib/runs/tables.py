@@ -96,6 +96,24 @@ def leaderboard(
     return board
 
 
+def source_note(runs: pd.DataFrame, results_file=None) -> str:
+    """Where a table's runs come from, in one line: the committed store (its files, and the
+    commits, devices and dates its runs record) or this run (its datasets)."""
+    n = f"{len(runs)} run{'s' * (len(runs) != 1)}"
+    if not results_file:
+        datasets = ", ".join(dict.fromkeys(str(d) for d in runs.get("dataset", [])))
+        return f"this run: {n} trained now, on {datasets or 'no data'}"
+    files = [results_file] if isinstance(results_file, str) else list(results_file)
+    facts = []
+    for col, label in (("commit", "commits"), ("device_name", "devices")):
+        if col in runs and runs[col].notna().any():
+            facts.append(f"{label} {', '.join(sorted({str(v) for v in runs[col].dropna()}))}")
+    if "date" in runs and runs["date"].notna().any():
+        days = sorted(str(v)[:10] for v in runs["date"].dropna())
+        facts.append(f"dated {days[0]}" + (f" to {days[-1]}" if days[-1] != days[0] else ""))
+    return f"the committed store ({', '.join(map(str, files))}): {n}, " + "; ".join(facts)
+
+
 def run_protocol(runs: pd.DataFrame) -> str:
     """One protocol line for a group of runs: the first run's, plus the folds and seeds pooled."""
     given = runs["protocol"].dropna() if "protocol" in runs else pd.Series(dtype=str)

@@ -13,6 +13,13 @@ from sklearn.metrics import roc_curve
 from ..data.dataset import KTDataset
 
 
+def show_source(text: str) -> None:
+    """Display where a notebook's results come from; `kt report` copies it into its index."""
+    from IPython.display import Markdown, display
+
+    display(Markdown(f"**Source:** {text}"), metadata={"kt_source": text})
+
+
 def setup(context: str = "notebook") -> None:
     """One consistent look for every notebook."""
     sns.set_theme(context=context, style="whitegrid")
@@ -78,7 +85,8 @@ def plot_histories(histories: dict[str, pd.DataFrame], metric: str = "valid_auc"
         axes[1].plot(h["epoch"], h[metric], marker="o", label=name)
     axes[0].set(title="training loss", xlabel="epoch")
     axes[1].set(title=metric, xlabel="epoch")
-    axes[1].legend()
+    for ax in axes[:2]:
+        ax.legend(fontsize=8)
     return axes
 
 
@@ -99,11 +107,24 @@ def plot_metric_bars(
 ):
     """Mean +- std of a metric per group (rows are runs, e.g. seeds), side by side per `hue`."""
     ax = ax or plt.subplots(figsize=(6, 3.5))[1]
-    sns.barplot(table, x=by, y=metric, hue=hue, errorbar="sd", capsize=0.2, ax=ax)
-    lo = table[metric].min()
-    ax.set_ylim(max(0.0, lo - 0.05), None)
-    ax.tick_params(axis="x", rotation=30)
+    lo = max(0.0, table[metric].min() - 0.05)
+    if table[by].nunique() > 6:  # many groups: horizontal bars keep every label whole
+        sns.barplot(table, y=by, x=metric, hue=hue, errorbar="sd", capsize=0.2, ax=ax)
+        ax.set_xlim(lo, None)
+        ax.tick_params(axis="y", labelsize=8)
+    else:
+        sns.barplot(table, x=by, y=metric, hue=hue, errorbar="sd", capsize=0.2, ax=ax)
+        ax.set_ylim(lo, None)
+        ax.tick_params(axis="x", rotation=30)
+        for label in ax.get_xticklabels():
+            label.set_horizontalalignment("right")
     return ax
+
+
+def bars_height(table: pd.DataFrame, by: str = "model", base: float = 3.4) -> float:
+    """Figure height for `plot_metric_bars` panels: room for every group's bar."""
+    n = table[by].nunique()
+    return base if n <= 6 else max(base, 0.3 * n + 1)
 
 
 def panel_grid(n: int, ncols: int, size: tuple[float, float]):

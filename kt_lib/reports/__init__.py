@@ -10,6 +10,10 @@ declares. Each run records the git commit, parameters and package versions in re
 A notebook may show its key results in cells tagged `summary` (e.g. a small DataFrame); the index
 copies those outputs into a summary section, so a reader browses every headline table on one page.
 A notebook that fails still gets its row (and whatever summary it produced before failing).
+The index names each notebook's source: what it displayed with `viz.show_source` (notebook 10:
+the committed store, with its runs' commits, devices and dates), else this run on its data_dir or
+the simulator. Warnings a notebook printed are gathered into one "Notes" list at the end of its
+page, without this machine's paths (`executed.collect_notes`).
 """
 
 from __future__ import annotations
@@ -21,17 +25,35 @@ import html
 import json
 import os
 import re
-import sys
 import time
 from pathlib import Path
 
-from .config import read_mapping
-from .provenance import git_commit, versions
-from .runs.leaderboard import check_plan
-from .runs.plan import PROFILE_DEFAULTS, profile_plan
-from .runs.tables import to_markdown
+from ..config import read_mapping
+from ..provenance import ROOT, git_commit, versions
+from ..runs.leaderboard import check_plan
+from ..runs.plan import PROFILE_DEFAULTS, profile_plan
+from ..runs.tables import to_markdown
+from .executed import (
+    collect_notes,
+    default_source,
+    kernel_manager,
+    read_source,
+    read_summary,
+    relative_paths,
+    title_of,
+    to_html,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
+__all__ = [
+    "collect_notes",
+    "default_source",
+    "read_source",
+    "read_summary",
+    "relative_paths",
+    "title_of",
+    "to_html",
+]
+
 NOTEBOOKS = ROOT / "notebooks"
 COMPARE = NOTEBOOKS / "10_compare_models.ipynb"  # the leaderboard notebook (`check`)
 
@@ -114,101 +136,6 @@ def notebook_params(profile: dict, path: Path) -> dict:
     return {k: v for k, v in merged.items() if k in declared}
 
 
-def to_html(executed: Path, target: Path) -> None:
-    """Render an executed notebook to HTML, hiding cells tagged remove_input / remove_cell."""
-    import nbformat
-    from nbconvert import HTMLExporter
-    from nbconvert.preprocessors import TagRemovePreprocessor
-    from traitlets.config import Config
-
-    c = Config()
-    c.TagRemovePreprocessor.remove_input_tags = {
-        "remove_input",
-        "parameters",
-        "injected-parameters",
-    }
-    c.TagRemovePreprocessor.remove_cell_tags = {"remove_cell"}
-    c.TagRemovePreprocessor.enabled = True
-    exporter = HTMLExporter(config=c)
-    exporter.register_preprocessor(TagRemovePreprocessor(config=c), enabled=True)
-    body, _ = exporter.from_notebook_node(nbformat.read(str(executed), as_version=4))
-    tmp = target.with_suffix(".html.tmp")
-    tmp.write_text(body, encoding="utf-8")
-    tmp.replace(target)
-
-
-def title_of(path: Path) -> str:
-    nb = json.loads(path.read_text())
-    for cell in nb["cells"]:
-        if cell["cell_type"] == "markdown":
-            for line in "".join(cell["source"]).splitlines():
-                if line.startswith("#"):
-                    return line.lstrip("# ").strip()
-    return path.stem
-
-
-SUMMARY_TAG = "summary"
-
-
-def relative_paths(notebook: Path) -> None:
-    """Papermill records the absolute input/output paths of the machine that ran a notebook, and
-    warnings print the absolute path of the file that raised them; committed notebooks carry
-    both relative to the workbook instead."""
-    nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
-    meta = nb.get("metadata", {}).get("papermill", {})
-    for key in ("input_path", "output_path"):
-        if meta.get(key) and Path(meta[key]).is_absolute():
-            try:
-                meta[key] = str(Path(meta[key]).resolve().relative_to(ROOT))
-            except ValueError:
-                meta[key] = Path(meta[key]).name
-    prefix = str(ROOT) + os.sep
-    for cell in nb.get("cells", []):
-        for output in cell.get("outputs", []):
-            if "text" in output:
-                text = output["text"]
-                lines = text if isinstance(text, list) else [text]
-                output["text"] = [line.replace(prefix, "") for line in lines]
-    Path(notebook).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-def markdown_html(text: str) -> str:
-    """Markdown (tables included) as HTML, with mistune, the renderer nbconvert itself uses."""
-    import mistune
-
-    return mistune.html(text)
-
-
-def read_summary(executed: Path) -> str:
-    """HTML of the outputs of the cells tagged `summary` in an executed notebook ("" if none).
-
-    Rich outputs (a DataFrame's HTML) are used as is, Markdown is rendered, plain text goes in
-    <pre>, figures are left to the notebook's own page; a notebook that cannot be read gives ""
-    (the index must render whatever happened).
-    """
-    try:
-        nb = json.loads(Path(executed).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return ""
-    parts = []
-    for cell in nb.get("cells", []):
-        if SUMMARY_TAG not in cell.get("metadata", {}).get("tags", []):
-            continue
-        for output in cell.get("outputs", []):
-            data = output.get("data", {})
-            if "text/html" in data:
-                parts.append("".join(data["text/html"]))
-            elif "text/markdown" in data:  # IPython's Markdown(...): its text/plain is a repr
-                parts.append(markdown_html("".join(data["text/markdown"])))
-            elif "image/png" in data:  # figures stay in the notebook's page (text is "<Figure>")
-                continue
-            elif "text/plain" in data:
-                parts.append(f"<pre>{html.escape(''.join(data['text/plain']))}</pre>")
-            elif output.get("output_type") == "stream" and output.get("name") == "stdout":
-                parts.append(f"<pre>{html.escape(''.join(output.get('text', '')))}</pre>")
-    return "\n".join(parts)
-
-
 def write_index(out: Path, runs: list[dict], profile: str) -> None:
     """reports/index.html: one row per notebook with status, time, parameters and summary link,
     then each notebook's summary tables."""
@@ -222,15 +149,17 @@ def write_index(out: Path, runs: list[dict], profile: str) -> None:
         status = "ok" if r["ok"] else f'<span class="err">failed: {html.escape(r["error"])}</span>'
         params = html.escape(json.dumps(r["params"])) if r["params"] else "defaults"
         summary = r.get("summary", "")
+        source = html.escape(r.get("source") or default_source(r["params"]))
         jump = f'<a href="#summary-{r["stem"]}">summary</a>' if summary else "-"
         rows.append(
             f"<tr><td>{r['stem']}</td><td>{link}</td><td>{status}</td>"
-            f"<td>{r['seconds']:.0f} s</td><td>{jump}</td><td><code>{params}</code></td></tr>"
+            f"<td>{r['seconds']:.0f} s</td><td>{source}</td><td>{jump}</td>"
+            f"<td><code>{params}</code></td></tr>"
         )
         if summary:
             summaries.append(
                 f'<h3 id="summary-{r["stem"]}">{r["stem"]} &middot; {link}</h3>\n'
-                f'<div class="summary">{summary}</div>'
+                f'<p class="source">Source: {source}</p>\n<div class="summary">{summary}</div>'
             )
     vers = ", ".join(f"{k} {v}" for k, v in versions().items())
     page = f"""<!doctype html>
@@ -238,13 +167,15 @@ def write_index(out: Path, runs: list[dict], profile: str) -> None:
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}
 table{{border-collapse:collapse;width:100%}}td,th{{border:1px solid #ccc;padding:4px 8px;
 vertical-align:top}}code{{font-size:85%}}.err{{color:#b00}}
-.summary table{{width:auto;font-size:85%}}.summary{{overflow-x:auto}}</style></head><body>
+.summary table{{width:auto;font-size:85%}}.summary{{overflow-x:auto}}
+.source{{color:#555;font-size:90%}}</style></head><body>
 <h1>kt-workbook reports</h1>
-<p>Profile <b>{html.escape(profile)}</b> &middot; commit <code>{html.escape(git_commit())}</code>
+<p>Profile <b>{html.escape(profile)}</b> &middot; run at commit
+<code>{html.escape(git_commit())}</code> (a committed store's runs name their own commits)
 &middot; generated {dt.datetime.now().isoformat(timespec="seconds")}</p>
 <p>Versions: {html.escape(vers)}</p>
-<table><tr><th>#</th><th>notebook</th><th>status</th><th>time</th><th>summary</th>
-<th>parameters</th></tr>
+<table><tr><th>#</th><th>notebook</th><th>status</th><th>time</th><th>source</th>
+<th>summary</th><th>parameters</th></tr>
 {chr(10).join(rows)}
 </table>
 <h2>Summaries</h2>
@@ -312,10 +243,12 @@ def run(
                 cwd=str(ROOT),
                 kernel_name="python3",
                 progress_bar=False,
+                kernel_manager_class=kernel_manager(),
             )
             if inplace:
                 relative_paths(target)
             else:
+                record["notes"] = collect_notes(target)
                 to_html(target, out / f"{path.stem}.html")
         except Exception as exc:  # a failed notebook is reported, the others still run
             lines = str(exc).splitlines() or [""]
@@ -323,6 +256,7 @@ def run(
         record["seconds"] = time.perf_counter() - t0
         if not inplace:
             record["summary"] = read_summary(target)
+            record["source"] = read_source(target)
         print(
             f"[{path.stem}] {'ok' if record['ok'] else record['error']} "
             f"({record['seconds']:.0f} s)",
@@ -396,7 +330,3 @@ def parse_overrides(items: list[str]) -> dict:
         except yaml.YAMLError as exc:
             raise SystemExit(f"--set {key}: {value!r} is not a YAML value ({exc})") from exc
     return out
-
-
-if __name__ == "__main__":
-    sys.exit(main())
