@@ -9,6 +9,7 @@ import pytest
 
 from kt_lib.data import load_bundle
 from kt_lib.runs import execute as runner
+from kt_lib.runs.execute import ExecConfig
 from kt_lib.runs.grid import run_grid
 from kt_lib.train import TrainConfig
 
@@ -20,6 +21,7 @@ CELLS = [
     {"label": "bad", "model": "sakt", "overrides": {"no_such_field": 1}},  # fails to build
 ]
 SEEDS = [0, 1]
+TWO = ExecConfig(workers=2)
 
 
 @pytest.fixture(scope="module")
@@ -56,12 +58,12 @@ def test_serial_grid_records_the_failed_run_and_finishes_the_others(serial):
     assert bad["traceback"].str.contains("build_model").all()
     with pytest.raises(runner.RunFailed, match="no_such_field"):
         run_grid(CELLS[2:], load_bundle(None, "synthetic", **SIM), [0], TINY_TRAIN,
-                 progress=False, on_error="raise")  # fmt: skip
+                 progress=False, execution=ExecConfig(on_error="raise"))  # fmt: skip
 
 
 def test_worker_processes_give_the_same_rows(bundle, serial):
     with pytest.warns(RuntimeWarning, match="2 of 6 runs failed"):
-        parallel = run_grid(CELLS, bundle, SEEDS, TINY_TRAIN, progress=False, workers=2)
+        parallel = run_grid(CELLS, bundle, SEEDS, TINY_TRAIN, progress=False, execution=TWO)
     assert_same_rows(parallel, serial)
     assert parallel.loc[parallel.label == "bad", "traceback"].str.contains("build_model").all()
 
@@ -73,7 +75,12 @@ def test_ray_gives_the_same_rows(bundle, serial):
     try:
         with pytest.warns(RuntimeWarning, match="2 of 6 runs failed"):
             table = run_grid(
-                CELLS, bundle, SEEDS, TINY_TRAIN, progress=False, workers=2, executor="ray"
+                CELLS,
+                bundle,
+                SEEDS,
+                TINY_TRAIN,
+                progress=False,
+                execution=ExecConfig(workers=2, executor="ray"),
             )
     finally:
         ray.shutdown()
@@ -82,17 +89,21 @@ def test_ray_gives_the_same_rows(bundle, serial):
 
 def test_parallel_refusals(bundle):
     with pytest.raises(ValueError, match="callback"):
-        run_grid(CELLS[:1], bundle, [0], TINY_TRAIN, callback=print, workers=2)
+        run_grid(CELLS[:1], bundle, [0], TINY_TRAIN, callback=print, execution=TWO)
     with pytest.raises(ValueError, match="cannot be sent"):
         run_grid(
             [{"label": "x", "model": "dkt", "overrides": {"d": lambda: 1}}],
             bundle,
             [0],
             TINY_TRAIN,
-            workers=2,
+            execution=TWO,
         )
     with pytest.raises(ValueError, match="executor"):
-        run_grid(CELLS[:1], bundle, [0], TINY_TRAIN, executor="threads")
+        ExecConfig(executor="threads")
     with pytest.raises(ValueError, match="workers"):
-        run_grid(CELLS[:1], bundle, [0], TINY_TRAIN, workers=0)
+        ExecConfig(workers=0)
+    with pytest.raises(ValueError, match="on_error"):
+        ExecConfig(on_error="ignore")
+    with pytest.raises(ValueError, match="ray_address is read by executor='ray' only"):
+        ExecConfig(ray_address="auto")
     assert runner.threads_per_worker(3, cores=16) == 5 and runner.threads_per_worker(4, 2) == 1

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from kt_lib import reports
+from kt_lib.runs.execute import ExecConfig
 from kt_lib.runs.leaderboard import check_plan, run_leaderboard
 from kt_lib.runs.leaderboard import main as leaderboard_main
 from kt_lib.runs.plan import LeaderboardPlan, fold_plan
@@ -35,7 +36,12 @@ def test_leaderboard_workers_fill_the_results_file(tmp_path, capsys):
         )
     with pytest.warns(RuntimeWarning, match="2 of 6 runs failed"):
         parallel = run_leaderboard(
-            [(None, "synthetic")], models, TINY_TRAIN, results_file=path, workers=2, **kw
+            [(None, "synthetic")],
+            models,
+            TINY_TRAIN,
+            results_file=path,
+            execution=ExecConfig(workers=2),
+            **kw,
         )
     assert parallel[["model", "seed"]].values.tolist() == [[m, s] for s in (0, 1) for m in models]
     assert list(parallel.columns) == list(serial.columns)

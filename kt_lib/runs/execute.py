@@ -2,7 +2,8 @@
 
 The leaderboard (`runs.leaderboard.run_leaderboard`) and the ablation grids (`runs.grid.run_grid`)
 turn their plans into `RunSpec`s that `run_spec`, a top-level function, turns into one
-`RunOutcome`. `execute` runs a list of specs (a spec's index in the list is its plan index):
+`RunOutcome`. `execute` runs a list of specs (a spec's index in the list is its plan index), as
+one `ExecConfig` says (parsed once, from the command line's flags or a notebook's parameters):
 
     workers=1            in this process, one after the other (the trained model is kept)
     workers=N            N spawned processes sharing the CPU cores (torch threads: cores // N)
@@ -20,6 +21,7 @@ can build their rows in plan order whatever the executor.
 
 from __future__ import annotations
 
+import argparse
 import time
 import traceback
 import warnings
@@ -47,6 +49,58 @@ BOOKKEEPING = (
 
 _shared_bundle = None  # a worker's copy of the one bundle of a grid (set by `_init_worker`)
 _bundles: OrderedDict[str, object] = OrderedDict()  # a worker's bundles loaded from data specs
+
+
+ON_ERROR = ("record", "raise")
+
+
+@dataclass(frozen=True)
+class ExecConfig:
+    """How runs execute: `workers` at a time, in processes or on Ray, each Ray task with
+    `gpus_per_run` of a GPU (None: 1/workers when training on CUDA), on the Ray cluster at
+    `ray_address` (None: a local Ray); `on_error` "record" keeps a failed run's row and goes on,
+    "raise" stops at the first failure. Checked when built."""
+
+    workers: int = 1
+    executor: str = "process"
+    gpus_per_run: float | None = None
+    ray_address: str | None = None
+    on_error: str = "record"
+
+    def __post_init__(self):
+        if self.executor not in EXECUTORS:
+            raise ValueError(f"executor must be one of {EXECUTORS}, got {self.executor!r}")
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
+        w = self.workers
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise ValueError(f"workers must be an integer >= 1, got {w!r}")
+        if self.gpus_per_run is not None and not self.gpus_per_run >= 0:
+            raise ValueError(
+                f"gpus_per_run must be >= 0 (a fraction of one GPU), got {self.gpus_per_run}"
+            )
+        if self.ray_address is not None and self.executor != "ray":
+            raise ValueError("ray_address is read by executor='ray' only")
+
+    @property
+    def parallel(self) -> bool:
+        """Runs leave this process (their trained models stay in the workers)."""
+        return self.workers > 1 or self.executor == "ray"
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        """The command line's flags for each field (`from_args` reads them back)."""
+        parser.add_argument("--workers", type=int, default=1, help="runs trained at a time")
+        parser.add_argument("--executor", default="process", choices=EXECUTORS)
+        parser.add_argument(
+            "--gpus-per-run", type=float, default=None, help="Ray: GPU fraction per run"
+        )
+        parser.add_argument("--ray-address", default=None, help="Ray: cluster to join")
+        parser.add_argument("--on-error", default="record", choices=ON_ERROR)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ExecConfig:
+        return cls(args.workers, args.executor, args.gpus_per_run, args.ray_address, args.on_error)
 
 
 @dataclass
@@ -215,39 +269,27 @@ class RunFailed(RuntimeError):
     """A run failed and the caller asked for on_error="raise"."""
 
 
-ON_ERROR = ("record", "raise")
-
-
 def execute(
     specs: list[RunSpec],
     bundle=None,
-    workers: int = 1,
-    executor: str = "process",
-    gpus_per_run: float | None = None,
-    ray_address: str | None = None,
+    execution: ExecConfig | None = None,
     progress: bool = True,
     desc: str = "runs",
     skipped: int = 0,
-    on_error: str = "record",
 ) -> Iterator[RunOutcome]:
     """Run `specs` (see `run_spec`), yielding outcomes as runs finish (each with its spec's
     index), with one progress bar (ETA) over `skipped` + len(specs) runs. `bundle` is the data
     of specs without a `DataSpec`.
 
-    workers=1 with executor="process" runs in this process (torch threads untouched, models
-    kept); otherwise `workers` runs at a time, each with cores // workers torch threads.
-    on_error="record" yields failed runs (a warning counts them at the end); "raise" raises
-    `RunFailed` with the run's traceback at the first failure and cancels the runs not started.
+    `execution` (default `ExecConfig()`): workers=1 with executor="process" runs in this
+    process (torch threads untouched, models kept); otherwise `workers` runs at a time, each
+    with cores // workers torch threads. on_error="record" yields failed runs (a warning counts
+    them at the end); "raise" raises `RunFailed` with the run's traceback at the first failure
+    and cancels the runs not started.
     """
-    if executor not in EXECUTORS:
-        raise ValueError(f"executor must be one of {EXECUTORS}, got {executor!r}")
-    if on_error not in ON_ERROR:
-        raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
-    if gpus_per_run is not None and not gpus_per_run >= 0:
-        raise ValueError(f"gpus_per_run must be >= 0 (a fraction of one GPU), got {gpus_per_run}")
-    parallel = workers > 1 or executor == "ray"
+    how = execution or ExecConfig()
+    workers, executor, gpus_per_run = how.workers, how.executor, how.gpus_per_run
+    parallel = how.parallel
     if parallel and any(spec.train.checkpoint for spec in specs):
         raise ValueError(
             "TrainConfig.checkpoint with parallel runs: they would write one checkpoint prefix "
@@ -265,11 +307,11 @@ def execute(
         workers,
         executor if parallel else "inline",
         gpus_per_run,
-        ray_address,
+        how.ray_address,
         progress,
         desc,
         skipped,
-        on_error,
+        how.on_error,
     )
 
 

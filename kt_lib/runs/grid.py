@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from ..train import TrainConfig
-from .execute import execute
+from .execute import ExecConfig, execute
 from .experiment import ExperimentResult
 from .record import RunRecord
 from .spec import DEFAULT_PRESET, RunSpec
@@ -96,11 +96,7 @@ def run_grid(
     train_config: TrainConfig | None = None,
     progress: bool = True,
     callback: Callable[[dict, int, ExperimentResult], None] | None = None,
-    workers: int = 1,
-    executor: str = "process",
-    gpus_per_run: float | None = None,
-    ray_address: str | None = None,
-    on_error: str = "record",
+    execution: ExecConfig | None = None,
 ) -> pd.DataFrame:
     """Train every cell once per seed on `bundle` (train/valid/test); one `RunRecord` row per
     (cell, seed), in plan order (cells, then seeds) whatever the executor.
@@ -108,18 +104,18 @@ def run_grid(
     Columns: model, label, seed, preset, the cell's factors, then the result's figures
     (test_<metric>, valid_<headline metric>, best_epoch, epochs, params, train_seconds, ...);
     a failed run keeps its identity and factors, with `error` and `traceback` (the others go
-    on; on_error="raise" stops at the first). `callback(cell, seed, result)` sees each trained
-    model (e.g. to keep one for plots): in-process runs only (workers=1, no Ray).
+    on; `ExecConfig(on_error="raise")` stops at the first). `callback(cell, seed, result)` sees
+    each trained model (e.g. to keep one for plots): in-process runs only (workers=1, no Ray).
 
-    `workers` runs train at a time (`runs.execute.execute`): spawned processes sharing the
-    cores (or one GPU), each receiving `bundle` once, or Ray tasks with executor="ray"
-    (`gpus_per_run`, default 1/workers on CUDA; `ray_address` for a cluster).
+    `execution` (`runs.execute.ExecConfig`) says how many runs train at a time: spawned
+    processes sharing the cores (or one GPU), each receiving `bundle` once, or Ray tasks.
     """
     parsed = check_cells(cells)
     seeds = list(seeds)
     if not seeds:
         raise ValueError("run_grid needs at least one seed")
-    parallel = workers > 1 or executor == "ray"
+    execution = execution or ExecConfig()
+    parallel = execution.parallel
     if callback is not None and parallel:
         raise ValueError(
             "run_grid's callback sees trained models, which stay in their worker processes: "
@@ -143,13 +139,9 @@ def run_grid(
     outcomes = execute(
         specs,
         bundle,
-        workers=workers,
-        executor=executor,
-        gpus_per_run=gpus_per_run,
-        ray_address=ray_address,
+        execution,
         progress=progress,
         desc="ablation",
-        on_error=on_error,
     )
     for out in outcomes:
         (given, cell), spec = cell_of[out.index], specs[out.index]

@@ -28,7 +28,7 @@ from ..data.dataset import chunk, collate
 from ..models import build_model
 from ..provenance import run_commit
 from ..train import TrainConfig
-from .execute import execute
+from .execute import ExecConfig, execute
 from .plan import LeaderboardPlan, PlannedRun
 from .record import RunRecord, now
 from .results import add_runs, finished_runs, load_results, merge_files
@@ -49,7 +49,9 @@ def run_leaderboard(
     histories: Iterable[str] = ("window",),
     variants: dict[str, dict] | None = None,
     dataset_overrides: dict[str, dict[str, dict]] | None = None,
-    **how,
+    progress: bool = True,
+    results_file: str | Path | None = None,
+    execution: ExecConfig | None = None,
 ) -> pd.DataFrame:
     """`run_plan` of `LeaderboardPlan.of(...)` (see both). `variants` names configurations of
     a registered model so that one profile can hold several of them, each a row label of its
@@ -62,7 +64,7 @@ def run_leaderboard(
         datasets, models, preset, seeds, folds, simulator, overrides, variants,
         dataset_overrides, histories,
     )  # fmt: skip
-    return run_plan(plan, train_config, **how)
+    return run_plan(plan, train_config, progress, results_file, execution)
 
 
 def run_plan(
@@ -70,11 +72,7 @@ def run_plan(
     train_config: TrainConfig,
     progress: bool = True,
     results_file: str | Path | None = None,
-    workers: int = 1,
-    executor: str = "process",
-    gpus_per_run: float | None = None,
-    ray_address: str | None = None,
-    on_error: str = "record",
+    execution: ExecConfig | None = None,
     checkpoint_dir: str | Path | None = None,
 ) -> pd.DataFrame:
     """Train every run of `plan`; `RunRecord` rows in plan order, each with the run's
@@ -84,14 +82,13 @@ def run_plan(
 
     With `results_file` the run is resumable: each finished run is merged into that JSON file
     (file lock, atomic rewrite; `load_results` reads it), and runs already in it with the same
-    `run_key` are not trained again (failed ones are). `checkpoint_dir` (workers=1 only) gives
+    `run_key` are not trained again (failed ones are). `checkpoint_dir` (one worker only) gives
     each run an epoch checkpoint there, named by its `run_key`, resumed from when the same run is
     started again after a kill and removed once its row is written.
 
-    `workers` runs train at a time (`runs.execute.execute`): worker processes by default, each
-    loading its data once, or Ray tasks with executor="ray" (`gpus_per_run`, default 1/workers
-    on CUDA; `ray_address` for a cluster). A failed run gives a row with its `error` and
-    `traceback` (on_error="raise": stop at the first)."""
+    `execution` (`runs.execute.ExecConfig`) says how runs train: its `workers` at a time in
+    worker processes, each loading its data once, or as Ray tasks. A failed run gives a row
+    with its `error` and `traceback` (on_error="raise": stop at the first)."""
     path = Path(results_file) if results_file is not None else None
     done = finished_runs(path)
     settings = plan.settings_of(train_config)
@@ -104,14 +101,10 @@ def run_plan(
     commit = run_commit() if todo else None
     outcomes = execute(
         [run.spec for _, run in todo],
-        workers=workers,
-        executor=executor,
-        gpus_per_run=gpus_per_run,
-        ray_address=ray_address,
+        execution=execution,
         progress=progress,
         desc="leaderboard",
         skipped=len(rows) - len(todo),
-        on_error=on_error,
     )
     for out in outcomes:
         index, run = todo[out.index]

@@ -30,6 +30,7 @@ from ..data.prepare import prepare as prepare_raw
 from ..provenance import ROOT
 from ..published import PUBLISHED, PYKT_PAPER
 from ..train import TrainConfig
+from .execute import ExecConfig
 from .leaderboard import run_plan
 from .plan import LeaderboardPlan
 from .results import load_results, read_runs
@@ -314,16 +315,18 @@ def run(
     study: Study,
     data_root: str | Path = DATA_ROOT,
     device: str = "cpu",
-    workers: int = 1,
+    execution: ExecConfig | None = None,
     path: str | Path | None = None,
     progress: bool = True,
     checkpoints: str | Path | None = CHECKPOINTS,
 ) -> None:
-    """Fill the study's results file (resumable; see the module docstring). With workers=1 each
+    """Fill the study's results file (resumable; see the module docstring). With one worker each
     run also writes an epoch checkpoint under `checkpoints/<study>/` (None: none), so a run
     killed mid-way resumes from its last finished epoch when the study is started again; the
     checkpoint is removed once the run's row is in the results file."""
-    ckpt = Path(checkpoints) / study.name if checkpoints is not None and workers == 1 else None
+    execution = execution or ExecConfig()
+    alone = not execution.parallel
+    ckpt = Path(checkpoints) / study.name if checkpoints is not None and alone else None
     study.ensure_prepared(data_root)
     for part, plan in zip(study.parts, study.part_plans(data_root), strict=True):
         for folder, _ in part.datasets:
@@ -335,7 +338,7 @@ def run(
             plan,
             study.train_config(device),
             results_file=path or study.path,
-            workers=workers,
+            execution=execution,
             progress=progress,
             checkpoint_dir=ckpt,
         )
@@ -439,8 +442,8 @@ def main(argv: list[str] | None = None) -> None:
         s.add_argument("--out", default=None, help="results file (default results/<name>.json)")
         if cmd == "run":
             s.add_argument("--device", default="cpu")
-            s.add_argument("--workers", type=int, default=1)
-            s.add_argument("--threads", type=int, default=None, help="torch threads (workers=1)")
+            ExecConfig.add_arguments(s)
+            s.add_argument("--threads", type=int, default=None, help="torch threads (one worker)")
     a = p.parse_args(argv)
     if a.cmd == "list":
         for s in STUDIES.values():
@@ -457,7 +460,8 @@ def main(argv: list[str] | None = None) -> None:
             torch.set_num_threads(a.threads)
         rows, left, eta = status(study, a.data_root, a.out)
         print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
-        run(study, a.data_root, a.device, a.workers, a.out, progress=sys.stderr.isatty())
+        execution = ExecConfig.from_args(a)
+        run(study, a.data_root, a.device, execution, a.out, progress=sys.stderr.isatty())
     rows, left, eta = status(study, a.data_root, a.out)
     print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
     for p_ in left:
