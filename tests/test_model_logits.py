@@ -1,6 +1,11 @@
 """Every model's logits on a fixed batch equal the values recorded before the model files moved
 to preset tables and shared config checks (tests/data/model_logits_tiny.pt, recorded at commit
-dfea54d): refactors of the model side change no number."""
+dfea54d on an AMD EPYC): refactors of the model side change no number.
+
+Bit-identity holds on one machine (check a refactor there: before and after on the same CPU);
+across CPUs the float kernels round differently (an Intel Xeon differs from the recording by at
+most 4e-7), so the recorded values are compared at 1e-6: a changed initialisation order or
+computation moves logits by orders of magnitude more."""
 
 from __future__ import annotations
 
@@ -30,4 +35,5 @@ def test_logits_are_bit_identical_to_the_recorded_ones(key):
     model.eval()
     batch = random_batch(12, B=4, L=20, num_pid=num_pid, K=K, seed=1)
     with torch.no_grad():
-        assert torch.equal(model(batch).logits, RECORDED[key]), key
+        logits = model(batch).logits
+    torch.testing.assert_close(logits, RECORDED[key], rtol=1e-6, atol=1e-6, msg=key)
