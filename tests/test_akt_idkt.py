@@ -14,8 +14,8 @@ from kt_lib.data.splits import split_students
 from kt_lib.models import build_model
 from kt_lib.nn.attention import causal_mask
 from kt_lib.nn.embeddings import RaschEmbedding
-from kt_lib.reference import build_reference
-from kt_lib.reference.bkt import BKTReference
+from kt_lib.reference_models import build_reference
+from kt_lib.reference_models.bkt import BKTReference
 from kt_lib.train import evaluate, fit
 from tests.conftest import make_tiny_dataset
 

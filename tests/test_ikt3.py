@@ -14,8 +14,8 @@ from kt_lib.data import load_bundle
 from kt_lib.data.dataset import Batch, BatchLoader
 from kt_lib.models import build_model
 from kt_lib.models.ikt3 import ikt3_traces, lambda_schedule, student_abilities
-from kt_lib.reference import REFERENCES, build_reference
-from kt_lib.reference.irt import IRTReference, prefix_abilities
+from kt_lib.reference_models import REFERENCES, build_reference
+from kt_lib.reference_models.irt import IRTReference, prefix_abilities
 from kt_lib.train import fit
 from tests.conftest import make_tiny_dataset
 

@@ -297,7 +297,9 @@ def test_step1_without_temporal_config_is_position_weighted_as_the_seed_selects(
 def test_the_seeds_cluster_only_example_is_the_shipped_cluster_only_preset():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        seed = load_simakt_config(DATA / "seed000" / "influence_example3_ablation.json:cluster_only")
+        seed = load_simakt_config(
+            DATA / "seed000" / "influence_example3_ablation.json:cluster_only"
+        )
         shipped = load_simakt_config("cluster_only")
     assert _heads(seed) == _heads(shipped)
     assert seed.n_intra(8) == shipped.n_intra(8) == 6

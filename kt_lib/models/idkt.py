@@ -26,7 +26,7 @@ import torch
 from ..config import require
 from ..data.dataset import Batch, BatchLoader, KTDataset
 from ..nn.blocks import mlp_head
-from ..reference.bkt import BKTReference
+from ..reference_models.bkt import BKTReference
 from .akt import AKT, AKTConfig
 from .base import ModelOutput, register
 

@@ -21,8 +21,8 @@ Loss (seed, exactly): L = (1 - lam) l_bce + c l_22 + lam (l_21 + l_23), where
   and lam(epoch) = lambda_target * min(1, epoch / warmup). Means run over valid positions; rows of
   students the reference has not seen add nothing to l_23.
 
-Pluggable reference (kt_lib.reference): each alignment term reads named targets (`ALIGN`), and a
-reference declares the names it `provides`. The mastery target is required (checked when the
+Pluggable reference (kt_lib.reference_models): each alignment term reads named targets
+(`ALIGN`), and a reference declares the names it `provides`. The mastery target is required (checked when the
 config is validated); a term whose targets the reference lacks is 0. With "irt" every term is
 on; with "bkt" l_21 aligns M_IRT to BKT's causal P(mastered) of the skill asked at t, and
 l_22/l_23 are 0 (BKT has no difficulty or ability scale), so theta and beta keep a shared free
@@ -42,7 +42,7 @@ from torch import nn
 from ..config import require
 from ..data.dataset import Batch, BatchLoader, KTDataset, interaction_token
 from ..nn import Dropout, TransformerLayer, causal_mask, mlp_head
-from ..reference import REFERENCES, build_reference, references_providing
+from ..reference_models import REFERENCES, build_reference, references_providing
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 # alignment term -> the reference targets it reads; a reference without them contributes 0
@@ -66,7 +66,7 @@ class IKT3Config(BaseConfig):
     lambda_target: float = 0.5  # final interpretability weight lambda
     warmup: int = 50  # epochs over which lambda grows linearly from 0 to lambda_target
     c: float = 0.01  # weight of the always-on difficulty regulariser l_22
-    reference: str = "irt"  # registered reference model (kt_lib.reference.REFERENCES)
+    reference: str = "irt"  # registered reference model (kt_lib.reference_models.REFERENCES)
     reference_options: dict = field(default_factory=dict)  # keyword arguments of the reference
 
     BINARY = True

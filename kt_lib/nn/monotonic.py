@@ -65,7 +65,7 @@ class MonotonicAttention(nn.Module):
         self._register_load_state_dict_pre_hook(self._rename_shared)
 
     def _rename_shared(self, state, prefix, *args) -> None:
-        """Checkpoints of AKT before the one-class refactor named the shared projection k_proj."""
+        """Older AKT checkpoints name the shared query/key projection k_proj: load it as q_proj."""
         if self.k_proj is None and prefix + "q_proj.weight" not in state:
             for name in ("weight", "bias"):
                 if prefix + f"k_proj.{name}" in state:

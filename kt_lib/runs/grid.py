@@ -3,7 +3,7 @@
 A `Cell` is one configuration of a grid: its row label, registered model, preset, optional base
 config (dataclass, mapping or YAML/JSON path, see `make_config`), config fields set on top
 (`overrides`) and the ablated factors copied into its rows (scalar overrides become columns too,
-so a table can be grouped or plotted by any of them). The predefined grids are in `runs.grids`.
+so a table can be grouped or plotted by any of them). The predefined grids are in `runs.ablations`.
 
 Seeds change the model's initialisation, dropout and batch order; the data split is the bundle's
 (fixed), so the spread over seeds is training noise, not sampling noise of the test students.

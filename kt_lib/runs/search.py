@@ -27,8 +27,8 @@ import pandas as pd
 from ..heads.simakt_config import load_simakt_config
 from ..heads.similarity_trajectory import SEED_MEMORY_SIZE
 from ..train import TrainConfig
+from .ablations import simakt_similarity
 from .experiment import Splits, run_experiment
-from .grids import simakt_similarity
 from .spec import DEFAULT_PRESET, RunSpec
 
 

@@ -1,4 +1,4 @@
-"""kt_lib.runs.grids: the predefined grids build valid configurations."""
+"""kt_lib.runs.ablations: the predefined grids build valid configurations."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from kt_lib.heads.simakt_config import load_simakt_config
 from kt_lib.models import MODELS, make_config
-from kt_lib.runs.grids import build_grid, list_grids, simakt_similarity
+from kt_lib.runs.ablations import build_grid, list_grids, simakt_similarity
 
 NUM_C = 12
 
