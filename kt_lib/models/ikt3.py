@@ -26,7 +26,8 @@ Pluggable reference (kt_lib.reference_models): each alignment term reads named t
 (checked when the config is validated); a term whose targets the reference lacks is 0. With
 "irt" every term is on; with "bkt" l_21 aligns M_IRT to BKT's causal P(mastered) of the skill
 asked at t, and l_22/l_23 are 0 (BKT has no difficulty or ability scale), so theta and beta keep
-a shared free location: only theta_t - beta[q_t] is anchored. """
+a shared free location: only theta_t - beta[q_t] is anchored.
+"""
 
 from __future__ import annotations
 
