@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from scipy.stats import spearmanr
 from sklearn.metrics import (
     accuracy_score,
     cohen_kappa_score,
@@ -57,8 +58,12 @@ def ordinal_metrics(
     qwk (quadratic weighted kappa), acc (exact match: what seed 002 calls "ordinal accuracy"),
     adjacent_acc (within one category, |pred - true| <= 1; formerly ordinal_acc), mae,
     near_miss (|pred - true| = 1), large_error (|pred - true| > `large_error`, seed 002's > 2),
-    f1_k per category and macro_f1; with K = 2 also the binary metrics of P(Y = 1) (auc, rmse,
-    logloss), so a binary run of an ordinal model sits beside the binary models.
+    f1_k per category and macro_f1, spearman (rank correlation of the expected category
+    sum_k k P(Y = k) with the true one); with K > 2 the AUC of each threshold, auc_ge{k} =
+    AUC of P(Y >= k) for y >= k, k = 1..K-1 (auc_ge1: pass/fail where category 0 fails); with
+    K = 2 the binary metrics of P(Y = 1) (auc, rmse, logloss), so a binary run of an ordinal
+    model sits beside the binary models. A figure undefined on the data (one class, a constant
+    prediction) is NaN.
     """
     y_true = np.asarray(y_true).astype(int)
     prob = np.asarray(prob, dtype=np.float64)
@@ -85,6 +90,15 @@ def ordinal_metrics(
         **{f"f1_{k}": float(f1[k]) for k in range(K)},
         "macro_f1": float(f1.mean()),
     }
+    expected = prob @ np.arange(K)
+    constant = len(np.unique(y_true)) < 2 or np.ptp(expected) == 0
+    out["spearman"] = float("nan") if constant else float(spearmanr(y_true, expected)[0])
+    if K > 2:
+        at_least = np.cumsum(prob[:, ::-1], axis=1)[:, ::-1]  # [n, K]: P(Y >= k)
+        for k in range(1, K):
+            passed = y_true >= k
+            both = 0 < passed.sum() < len(passed)
+            out[f"auc_ge{k}"] = float(roc_auc_score(passed, at_least[:, k])) if both else np.nan
     if K == 2:
         binary = binary_metrics(y_true, prob[:, 1])
         out.update(auc=binary["auc"], rmse=binary["rmse"], logloss=binary["logloss"])

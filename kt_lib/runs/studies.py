@@ -356,13 +356,14 @@ def render(study: Study, path: str | Path | None = None) -> str:
     if "error" in runs:
         runs = runs[runs["error"].isna()]
     metrics = [m for m in ("test_auc", "test_qwk") if m in runs]  # ordinal K > 2: no AUC
+    shown = metrics + [m for m in ORDINAL_SHOWN if "test_qwk" in runs and m in runs]
     g = runs.groupby(["dataset", "model"], sort=False)
     rows = []
     for (dataset, model), part in g:
         row = {"dataset": dataset, "model": model}
-        for m in metrics:
+        for m in shown:
             v = part[m].dropna()
-            row[m] = mean_std(v)
+            row[m] = mean_std(v, digits=3 if m in ORDINAL_SHOWN else 4)
         if study.published:
             row["published"] = published_figures(dataset, model)
             pykt = [
@@ -384,6 +385,13 @@ def render(study: Study, path: str | Path | None = None) -> str:
                 row[f"auc {col}"] = f"{v.mean():.4f}" if len(v) else "-"
         rows.append(row)
     out = [to_markdown(pd.DataFrame(rows), index=False)]
+    if len(shown) > len(metrics):
+        out.append(
+            "Ordinal columns: `test_acc` exact category (seed 002's ordinal accuracy), `test_mae` "
+            "in categories, `test_spearman` rank correlation of the expected category with the "
+            "true one, `test_macro_f1` over categories, `test_auc_ge1` the pass/fail AUC of "
+            "P(Y >= 1) (\"-\": runs recorded before the metric existed)."
+        )
     if study.breakdown:
         out.append(
             "`auc posA-B`: per-question test AUC of the steps at positions A-B of the student's "
@@ -403,6 +411,7 @@ def render(study: Study, path: str | Path | None = None) -> str:
     return "\n\n".join(x.strip() for x in out) + "\n"
 
 
+ORDINAL_SHOWN = ("test_acc", "test_mae", "test_spearman", "test_macro_f1", "test_auc_ge1")
 BREAKDOWN = ("pos1-10", "pos11-50", "pos51-200", "pos201+")
 
 

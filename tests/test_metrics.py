@@ -1,0 +1,37 @@
+"""kt_lib.metrics beyond the hand-checked cases of tests/test_ordinal.py: the rank correlation
+and the AUC of each ordinal threshold, against plain computations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+from sklearn.metrics import roc_auc_score
+
+from kt_lib.metrics import ordinal_metrics
+
+
+def test_threshold_aucs_and_spearman_against_plain_loops():
+    rng = np.random.default_rng(0)
+    n, K = 400, 5
+    y = rng.integers(0, K, n)
+    logits = rng.normal(size=(n, K)) + 1.5 * np.eye(K)[y]  # informative, not perfect
+    prob = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    m = ordinal_metrics(y, prob)
+    for k in range(1, K):
+        p_ge = prob[:, k:].sum(1)
+        assert m[f"auc_ge{k}"] == pytest.approx(roc_auc_score(y >= k, p_ge), abs=1e-12)
+        assert 0.6 < m[f"auc_ge{k}"] < 1.0
+    expected = (prob * np.arange(K)).sum(1)
+    assert m["spearman"] == pytest.approx(spearmanr(y, expected)[0], abs=1e-12)
+    assert "auc_ge0" not in m and f"auc_ge{K}" not in m and "auc" not in m
+
+
+def test_undefined_figures_are_nan_not_errors():
+    y = np.array([0, 0, 0])  # one category: no threshold has two classes, no rank order
+    prob = np.full((3, 4), 0.25)
+    m = ordinal_metrics(y, prob)
+    assert np.isnan(m["spearman"]) and all(np.isnan(m[f"auc_ge{k}"]) for k in (1, 2, 3))
+    two = ordinal_metrics(np.array([0, 1, 0, 1]), np.eye(2)[[0, 1, 1, 1]])
+    assert "auc_ge1" not in two and two["auc"] == pytest.approx(0.75)
+    assert two["spearman"] == pytest.approx(spearmanr([0, 1, 0, 1], [0, 1, 1, 1])[0])
