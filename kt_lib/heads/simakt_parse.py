@@ -58,10 +58,6 @@ STEP2_KEYS = {
     "lr_scaling",
 }
 ALIASES = {"initial_temperature": "temperature"}  # seed 000 spells some fields two ways
-# Step 1 without temporal_config: the seed's "Selected Strategy" (Strategy 2) for its Step 1
-# heads ("cluster + KNN with position-weighted similarity"), with TemporalConfig's defaults.
-# A Step 2 head without temporal_config scores by content (see parse_temporal).
-STEP1_STRATEGY = "position_weighted"
 
 
 # -- parsing -----------------------------------------------------------------------------------
@@ -115,8 +111,7 @@ def parse_head(raw, where: str = "") -> HeadConfig:
             f"{head.influence_weight}"
         )
     temporal_raw = raw.pop("temporal_config", None)
-    defaults = cls.temporal_defaults if isinstance(temporal_raw, dict) else {}
-    head.temporal = parse_temporal({**defaults, **temporal_raw} if temporal_raw else None, where)
+    head.temporal = parse_temporal(temporal_raw, where)
     supported = cls.supported_strategies()
     if head.temporal.strategy not in supported:
         raise ValueError(
@@ -269,7 +264,7 @@ def parse_step1(data: dict, where: str, source: str) -> SimilarityConfig:
             4,
         )
         freq = []
-    temporal = data.get("temporal_config") or {"strategy": STEP1_STRATEGY}
+    temporal = data.get("temporal_config")
     raws: list[tuple[dict, str]] = []
     if n:
         if STEP1_APPROACHES[approach] == DUAL:
@@ -279,7 +274,8 @@ def parse_step1(data: dict, where: str, source: str) -> SimilarityConfig:
             raws = [({"type": "hybrid", "modules": modules}, "hybrid")] * n
         else:
             raws = [({"type": approach, **sec[f"{approach}_config"]}, f"{approach}_config")] * n
-    raws = [({**raw, "temporal_config": temporal}, at) for raw, at in raws]
+    if temporal:
+        raws = [({**raw, "temporal_config": temporal}, at) for raw, at in raws]
     heads = [parse_head(raw, f"{where}{at}") for raw, at in raws]
     _name_heads(heads)
     intra = _intra(data, where)

@@ -43,11 +43,10 @@ class HeadSpec(Protocol):
 SIMILARITY_HEADS: Registry = Registry("inter-student head")
 METRICS: Registry = Registry("similarity metric")
 CONTENT = "content"  # strategy name: score the query against projected keys
-# seed 000's temporal values (its examples and classes: PositionWeightedSimilarity(decay_factor=
-# 0.95, future_weight=0.3)): TemporalConfig's defaults
+# seed 000's temporal values (its examples and classes): TemporalConfig's defaults
 SEED_TEMPORAL: dict[str, Any] = {
     "decay_factor": 0.95,
-    "future_weight": 0.3,
+    "future_weight": 0.0,
     "window_sizes": [10, 20, 50],
 }
 # seed 000 names custom modules that do not exist; the workbook ships the same ideas here
@@ -173,8 +172,6 @@ class BaseSimilarityHead(nn.Module):
     temporal_strategies: ClassVar[tuple[str, ...]] = (CONTENT,)
     # parameters read under the content strategy only -> the value seed 000's example gives
     content_params: ClassVar[dict[str, Any]] = {}
-    # temporal_config values this head type takes where a config omits them (else SEED_TEMPORAL)
-    temporal_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, d_model: int, d_head: int, spec: HeadSpec, num_c: int):
         super().__init__()
