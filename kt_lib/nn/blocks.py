@@ -66,17 +66,19 @@ class FeedForward(nn.Module):
         return self.net(x)
 
 
-class TransformerLayer(nn.Module):
-    """Post-norm attention layer: x = LN(q + MHA(q, k, v)); x = LN(x + FFN(x))."""
+class PostNormLayer(nn.Module):
+    """The post-norm residual layer of SAKT, AKT and their kin, around any attention module:
+    x = LN(q + Drop(Attn(q, k, v))); with an FFN, x = LN(x + Drop(FFN(x))). `attn(q, k, v,
+    mask, need_weights)` returns (output, weights or None)."""
 
-    def __init__(self, d: int, n_heads: int, d_ff: int, dropout: float = 0.0, ffn: bool = True):
+    def __init__(self, attn: nn.Module, d: int, dropout: float, ffn: nn.Module | None):
         super().__init__()
-        self.attn = MultiHeadAttention(d, n_heads, dropout)
+        self.attn = attn
         self.drop1 = Dropout(dropout)
         self.ln1 = nn.LayerNorm(d)
-        self.ffn = FeedForward(d, d_ff, dropout) if ffn else None
-        self.drop2 = Dropout(dropout)
-        self.ln2 = nn.LayerNorm(d) if ffn else None
+        self.ffn = ffn
+        self.drop2 = Dropout(dropout) if ffn is not None else None
+        self.ln2 = nn.LayerNorm(d) if ffn is not None else None
 
     def forward(
         self,
@@ -85,9 +87,17 @@ class TransformerLayer(nn.Module):
         v: torch.Tensor,
         mask: torch.Tensor | None,
         need_weights: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    ):
         h, w = self.attn(q, k, v, mask, need_weights)
         x = self.ln1(q + self.drop1(h))
         if self.ffn is not None:
             x = self.ln2(x + self.drop2(self.ffn(x)))
         return x, w
+
+
+class TransformerLayer(PostNormLayer):
+    """Post-norm layer over scaled dot-product attention, FFN = Linear - ReLU - Drop - Linear."""
+
+    def __init__(self, d: int, n_heads: int, d_ff: int, dropout: float = 0.0, ffn: bool = True):
+        attn = MultiHeadAttention(d, n_heads, dropout)  # built before the FFN: same init order
+        super().__init__(attn, d, dropout, FeedForward(d, d_ff, dropout) if ffn else None)

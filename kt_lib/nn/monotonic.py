@@ -20,7 +20,8 @@ import torch
 from torch import nn
 
 from .attention import MonotonicWeights, monotonic_attention, slot_attention_projected
-from .dropout import Dropout, FlatSequential, ReLUDropout
+from .blocks import PostNormLayer
+from .dropout import FlatSequential, ReLUDropout
 from .reference import decay_rate
 from .shapes import merge_heads, split_heads
 
@@ -132,8 +133,8 @@ class MonotonicAttention(nn.Module):
         return y.to(v.dtype), w
 
 
-class MonotonicLayer(nn.Module):
-    """AKT's layer: x = LN(q + Drop(MHA(q, k, v))); with `ffn`, x = LN(x + Drop(FFN(x))),
+class MonotonicLayer(PostNormLayer):
+    """AKT's layer: the post-norm layer (`nn.blocks.PostNormLayer`) over monotonic attention,
     FFN = Linear(D, F) - ReLU - Dropout - Linear(F, D)."""
 
     def __init__(
@@ -145,28 +146,10 @@ class MonotonicLayer(nn.Module):
         kq_same: bool = True,
         ffn: bool = True,
     ):
-        super().__init__()
-        self.attn = MonotonicAttention(d, n_heads, dropout, kq_same)
-        self.drop1 = Dropout(dropout)
-        self.ln1 = nn.LayerNorm(d)
-        self.ffn = (
+        attn = MonotonicAttention(d, n_heads, dropout, kq_same)  # before the FFN: init order
+        body = (
             FlatSequential(nn.Linear(d, d_ff), ReLUDropout(dropout), nn.Linear(d_ff, d))
             if ffn
             else None
         )
-        self.drop2 = Dropout(dropout) if ffn else None
-        self.ln2 = nn.LayerNorm(d) if ffn else None
-
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        mask: torch.Tensor,
-        need_weights: bool = False,
-    ) -> tuple[torch.Tensor, MonotonicWeights | None]:
-        h, weights = self.attn(query, key, value, mask, need_weights)
-        x = self.ln1(query + self.drop1(h))
-        if self.ffn is not None:
-            x = self.ln2(x + self.drop2(self.ffn(x)))
-        return x, weights
+        super().__init__(attn, d, dropout, body)

@@ -26,8 +26,8 @@ import pandas as pd
 
 from ..heads.simakt_config import load_simakt_config
 from ..train import TrainConfig
-from .experiment import Splits, run_experiment
 from .ablations import simakt_similarity
+from .experiment import Splits, run_experiment
 from .spec import DEFAULT_PRESET, RunSpec
 
 

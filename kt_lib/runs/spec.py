@@ -20,12 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..evaluate import HISTORIES
 from ..models import MODELS
 from ..train import TrainConfig
 from .data import DataSpec
 
 DEFAULT_PRESET = "tiny"
-HISTORIES = ("window", "sliding")
 
 
 def config_fields(model: str) -> list[str]:

@@ -390,7 +390,7 @@ def render(study: Study, path: str | Path | None = None) -> str:
             "Ordinal columns: `test_acc` exact category (seed 002's ordinal accuracy), `test_mae` "
             "in categories, `test_spearman` rank correlation of the expected category with the "
             "true one, `test_macro_f1` over categories, `test_auc_ge1` the pass/fail AUC of "
-            "P(Y >= 1) (\"-\": runs recorded before the metric existed)."
+            'P(Y >= 1) ("-": runs recorded before the metric existed).'
         )
     if study.breakdown:
         out.append(
