@@ -4,6 +4,13 @@ For each audited step t the batch is perturbed (responses at steps >= t, questio
 at steps > t replaced at random) and the predictions at steps <= t must not move. A `rebuild`
 callback lets models with external state (memory banks built from students' logs) rebuild it
 from the perturbed data, so the audit also covers leaks through that state.
+
+Per-fold banks (SimAKT's cross-fitting): a student reads the bank built from the OTHER folds'
+students, complete logs included. A perturbed student of fold A legitimately moves the past
+predictions of a student of fold B (B's bank holds A's whole log: collaborative information, not
+a leak), so with `rebuild` a batch that mixes folds is audited one fold at a time: a model that
+says which bank each row reads (`model.bank_folds(batch) -> [B]`) has each fold's rows perturbed
+and compared on their own, which still catches a student reading its own log.
 """
 
 from __future__ import annotations
@@ -92,6 +99,8 @@ def audit_causality(
     the same random draws for every pass (the RNG is reseeded before each one), so leaks that
     exist only in training are caught too. For leaks below the default `atol`, audit a
     float64 copy of the model (`model.double()`) with a tight tolerance such as 1e-10.
+    With `rebuild`, rows reading different bank folds are audited separately (`fold_parts`, see
+    the module docstring): moving one fold's students moves the others' banks by design.
     """
     if mode not in ("eval", "train"):
         raise ValueError(f"mode must be 'eval' or 'train', got {mode!r}")
@@ -111,25 +120,55 @@ def audit_causality(
     g = torch.Generator().manual_seed(seed)
     if rebuild is not None:
         rebuild(model, batch)
-    base = forward(batch)
+    parts = fold_parts(model, batch) if rebuild is not None else [batch]
+    bases = [forward(part) for part in parts]
     worst, worst_t = 0.0, steps[0]
     for t in steps:
         for _ in range(trials):
-            pert = perturb_future(batch, t, c.num_c, getattr(c, "num_pid", 0), c.K, g)
-            if rebuild is not None:
-                rebuild(model, pert)
-            out = forward(pert)
-            keep = batch.mask[:, : t + 1]
-            diff = (out[:, : t + 1] - base[:, : t + 1]).abs()
-            if diff.dim() == 3:
-                diff = diff.amax(-1)
-            d = float(diff[keep].max()) if keep.any() else 0.0
-            if d > worst:
-                worst, worst_t = d, t
+            for part, base in zip(parts, bases, strict=True):
+                pert = perturb_future(part, t, c.num_c, getattr(c, "num_pid", 0), c.K, g)
+                if rebuild is not None:
+                    rebuild(model, pert)
+                out = forward(pert)
+                keep = part.mask[:, : t + 1]
+                diff = (out[:, : t + 1] - base[:, : t + 1]).abs()
+                if diff.dim() == 3:
+                    diff = diff.amax(-1)
+                d = float(diff[keep].max()) if keep.any() else 0.0
+                if d > worst:
+                    worst, worst_t = d, t
     if rebuild is not None:
         rebuild(model, batch)
     model.train(was_training)
     return AuditResult(worst <= atol, worst, worst_t, list(steps))
+
+
+def rows_of(batch: Batch, index: torch.Tensor) -> Batch:
+    """The rows `index` of `batch` (extras indexed where they have one row per student)."""
+    B = batch.q.shape[0]
+
+    def pick(t):
+        return t[index] if isinstance(t, torch.Tensor) and t.dim() and len(t) == B else t
+
+    return Batch(
+        q=batch.q[index],
+        r=batch.r[index],
+        mask=batch.mask[index],
+        pid=None if batch.pid is None else batch.pid[index],
+        uid=None if batch.uid is None else batch.uid[index],
+        start=None if batch.start is None else batch.start[index],
+        extras={k: pick(v) for k, v in batch.extras.items()},
+    )
+
+
+def fold_parts(model: KTModel, batch: Batch) -> list[Batch]:
+    """`batch` split by the bank fold each row reads (`model.bank_folds`); one part for a model
+    without per-fold banks or a batch of one fold."""
+    bank_folds = getattr(model, "bank_folds", None)
+    folds = bank_folds(batch) if bank_folds is not None else None
+    if folds is None or folds.unique().numel() < 2:
+        return [batch]
+    return [rows_of(batch, (folds == f).nonzero(as_tuple=True)[0]) for f in folds.unique()]
 
 
 @dataclass

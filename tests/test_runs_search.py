@@ -75,3 +75,26 @@ def test_k_neighbors_never_exceeds_the_drawn_bank_and_bad_trials_fail_alone(bund
     bad = {"n_clusters": Dim(10_000, 10_000, kind="int")}  # more clusters than students
     study = run_study(bundle, n_trials=2, train_config=_cfg(epochs=1), space=bad)
     assert [t.state for t in study.trials] == [optuna.trial.TrialState.FAIL] * 2
+
+
+def test_the_space_contains_seed_000s_ranges_and_shrinks_to_the_bank():
+    from kt_lib.runs.search import SIMAKT_SPACE, preset_space
+
+    def covers(name, low, high):
+        dim = SIMAKT_SPACE[name]
+        return dim.low <= low and dim.high >= high
+
+    assert covers("cluster_weight", 0.0, 2.5) and covers("knn_weight", 0.0, 2.5)  # 1.0, 0.8-2.5
+    assert covers("future_weight", 0.0, 1.0)  # strict_causal 0, full_collaborative 1
+    assert covers("memory_size", 50, 500)  # the seed's stated range
+    assert SIMAKT_SPACE["memory_size"].kind == "int"
+    # every drawn setting is in the seed's range and the preset reads it
+    assert set(preset_space(SIMAKT_SPACE)) == set(SIMAKT_SPACE)
+    edge = {"cluster_weight": 2.5, "knn_weight": 2.5, "future_weight": 1.0, "memory_size": 500}
+    sim = load_simakt_config(simakt_overrides(edge)["similarity"])
+    assert [h.influence_weight for h in sim.heads] == [2.5, 2.5]
+    assert {h.future_weight for h in sim.heads} == {1.0}
+    assert sim.heads[1].params.memory_size == 500
+    # small data: the bank size is still clamped to what a fold of the students can fill
+    space = small_space(60)
+    assert space["memory_size"].high == 20 and space["memory_size"].low <= 8

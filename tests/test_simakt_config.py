@@ -96,7 +96,7 @@ def test_head_count_mismatch_and_intra():
             "future_weight must be 0 for an attention head",
         ),
         (
-            {"type": "knn", "temporal_config": {"strategy": "completion"}},
+            {"type": "knn", "temporal_config": {"strategy": "completion", "future_weight": 0.0}},
             "completion weighs the predicted future by future_weight: it must be > 0",
         ),
         (
@@ -177,7 +177,7 @@ def test_seed_layouts_and_collections():
         ("cluster", "position_weighted", 0.3),
         ("knn", "position_weighted", 0.3),
         ("graph", "position_weighted", 0.2),  # temporal_config on a graph head
-        ("custom", "content", 0.0),
+        ("custom", "content", 0.3),  # the seed's default, unread under content
     ]
     assert step2.heads[3].module_path == "kt_lib.heads.similarity.DeepSetSimilarity"
     with pytest.warns(SeedSettingWarning, match="update_frequency=10 has no effect"):
@@ -258,3 +258,72 @@ def test_base_form_is_a_preset_with_settings():
         load_simakt_config({"base": "cluster_only", "clusters": 3})
     with pytest.raises(ValueError, match="base must name a SimAKT preset"):
         load_simakt_config({"base": 3})
+
+
+# -- seed 000 to the letter: Step 1 strategy and temporal defaults (issue 32) ---------------------
+
+
+def _heads(sim) -> list[dict]:
+    return [h.to_mapping() for h in sim.heads]
+
+
+def test_step1_without_temporal_config_is_position_weighted_as_the_seed_selects():
+    seed = DATA / "seed000"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        examples = {
+            **load_simakt_configs(seed / "influence_example1_cluster_dominant.json"),
+            **load_simakt_configs(seed / "influence_example2_knn_dominant.json"),
+            **load_simakt_configs(seed / "influence_example3_ablation.json"),
+            **load_simakt_configs(seed / "configuration_compatibility.json"),
+            "dual_similarity": load_simakt_config(seed / "dual_similarity_config.json"),
+        }
+    step1 = {k: v for k, v in examples.items() if k != "step_2_modular"}
+    assert len(step1) == 7
+    for name, sim in step1.items():
+        got = [(h.type, h.strategy, h.decay_factor, h.future_weight) for h in sim.heads]
+        assert got == [
+            ("cluster", "position_weighted", 0.95, 0.3),
+            ("knn", "position_weighted", 0.95, 0.3),
+        ], name
+    # a Step 2 head without temporal_config keeps content scoring (documented in docs/models.md)
+    assert {h.strategy for h in examples["step_2_modular"].heads} == {"content"}
+    # content stays one setting away in Step 1
+    sections = {"cluster_config": {}, "knn_config": {}}
+    content = load_simakt_config({**sections, "temporal_config": {"strategy": "content"}})
+    assert {h.strategy for h in content.heads} == {"content"}
+
+
+def test_the_seeds_cluster_only_example_is_the_shipped_cluster_only_preset():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        seed = load_simakt_config(
+            DATA / "seed000" / "influence_example3_ablation.json", "cluster_only"
+        )
+        shipped = load_simakt_config("cluster_only")
+    assert _heads(seed) == _heads(shipped)
+    assert seed.n_intra(8) == shipped.n_intra(8) == 6
+    assert [h.temporal.strategy for h in shipped.heads] == ["position_weighted"] * 2
+
+
+def test_omitted_future_weight_is_the_seeds_0_3_and_no_similarity_is_approach_none():
+    from kt_lib.heads.simakt_schema import TemporalConfig
+    from kt_lib.models.simakt import SimAKTConfig
+
+    assert TemporalConfig().future_weight == 0.3 and TemporalConfig().decay_factor == 0.95
+    for temporal in ({"decay_factor": 0.9}, {"strategy": "position_weighted"}):
+        head = load_simakt_config({"inter_heads": [{"type": "knn", "temporal_config": temporal}]})
+        assert head.heads[0].future_weight == 0.3, temporal
+    step1 = load_simakt_config({"cluster_config": {}, "knn_config": {}})
+    assert [h.future_weight for h in step1.heads] == [0.3, 0.3]
+    # an attention head has no later steps: its omitted future_weight is 0, not refused
+    proto = {"type": "attention", "temporal_config": {"strategy": "position_weighted"}}
+    assert load_simakt_config({"inter_heads": [proto]}).heads[0].future_weight == 0.0
+    # no similarity config: the seed's {approach: none}, DTransformer's 8 intra heads
+    for spec in (None, {}, {"approach": "none"}):
+        sim = load_simakt_config(spec)
+        assert (sim.approach, sim.heads, sim.n_intra(8)) == ("none", [], 8), spec
+    model = build_model("simakt", similarity=None, num_c=NUM_C, **SIZES)
+    assert model.inter is None
+    # the registry's default is a SimAKT, not DTransformer: a documented deviation
+    assert SimAKTConfig().similarity == "position_weighted_dual"

@@ -175,7 +175,7 @@ def test_a_seed_warning_is_raised_once_per_process():
         ({"strategy": "content", "future_weight": 0.9}, "future_weight=0.9 has no effect under"),
         ({"strategy": "prefix_aligned", "decay_factor": 0.5}, "it reads none of them"),
         ({"strategy": "position_weighted", "window_sizes": [5]}, r"reads it \(multiscale\)"),
-        ({"strategy": "multiscale", "future_weight": 0.3}, "it reads window_sizes"),
+        ({"strategy": "multiscale", "future_weight": 0.4}, "it reads window_sizes"),
     ],
 )
 def test_a_temporal_field_the_strategy_does_not_read_is_refused(temporal, match):
@@ -229,9 +229,9 @@ def test_the_search_space_keeps_only_settings_the_preset_reads():
     assert preset_space(SIMAKT_SPACE, "position_weighted_dual") == SIMAKT_SPACE
     content = preset_space(SIMAKT_SPACE, "multi_similarity")  # content heads, no KNN head
     assert sorted(content) == ["cluster_weight", "lr", "n_clusters"]
-    draw = {n: (int(d.low) if d.kind == "int" else d.low) for n, d in content.items()}
+    draw = {n: (int(d.high) if d.kind == "int" else d.high) for n, d in content.items()}
     overrides = simakt_overrides(draw, "multi_similarity")  # a trial builds instead of failing
-    assert overrides["similarity"]["inter_heads"][0]["n_clusters"] == 10
+    assert overrides["similarity"]["inter_heads"][0]["n_clusters"] == 200
     with pytest.raises(ValueError, match="has no effect"):
         simakt_overrides({"decay_factor": 0.9}, "multi_similarity")
     assert "memory_size" in preset_space(SIMAKT_SPACE, "cluster_only")  # knn_weight turns it on

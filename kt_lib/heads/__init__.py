@@ -6,4 +6,7 @@ ordinal_pipeline.py; seed files read by ordinal_config.py), interpretable heads.
 owns its registry. The built-in similarity heads are imported here so their registrations run
 before any SimAKT config is parsed (the schema finds head classes through the registry only)."""
 
-from . import similarity  # noqa: F401 -- registers the built-in inter-student heads
+from . import (
+    similarity,  # noqa: F401 -- registers the built-in inter-student heads
+    similarity_seed,  # noqa: F401 -- adapts seed 000's similarity modules
+)

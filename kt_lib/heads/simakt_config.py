@@ -22,9 +22,11 @@ Accepted forms (YAML/JSON file, shipped preset name, or mapping), as the seed wr
 - Wrappers `similarity_config: {...}` / `step_2_modular_config: {...}` hold one config;
   `similarity_approaches: {name: ...}`, `step_2_configurations: {name: ...}` and bare mappings
   of names to configs hold several: pick one with `name=` or `file.json:name`.
-Errors name the file (or "similarity") and the field. Temporal strategies: `content` (no
-temporal_config), or a `kt_lib.memory.similarity.TEMPORAL_STRATEGIES` name; a temporal_config
-without `strategy` selects the seed's position_weighted.
+Errors name the file (or "similarity") and the field. Temporal strategies: `content`, or a
+`kt_lib.memory.similarity.TEMPORAL_STRATEGIES` name; a temporal_config without `strategy`
+selects the seed's position_weighted, and so does a Step 1 config without temporal_config (the
+seed's Step 1 heads are position-weighted); a Step 2 head without temporal_config scores by
+content. Omitted temporal values are the seed's (decay_factor 0.95, future_weight 0.3).
 """
 
 from __future__ import annotations

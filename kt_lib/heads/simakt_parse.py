@@ -58,6 +58,10 @@ STEP2_KEYS = {
     "lr_scaling",
 }
 ALIASES = {"initial_temperature": "temperature"}  # seed 000 spells some fields two ways
+# Step 1 without temporal_config: the seed's "Selected Strategy" (Strategy 2) for its Step 1
+# heads ("cluster + KNN with position-weighted similarity"), with TemporalConfig's defaults.
+# A Step 2 head without temporal_config scores by content (see parse_temporal).
+STEP1_STRATEGY = "position_weighted"
 
 
 # -- parsing -----------------------------------------------------------------------------------
@@ -111,7 +115,8 @@ def parse_head(raw, where: str = "") -> HeadConfig:
             f"{head.influence_weight}"
         )
     temporal_raw = raw.pop("temporal_config", None)
-    head.temporal = parse_temporal(temporal_raw, where)
+    defaults = cls.temporal_defaults if isinstance(temporal_raw, dict) else {}
+    head.temporal = parse_temporal({**defaults, **temporal_raw} if temporal_raw else None, where)
     supported = cls.supported_strategies()
     if head.temporal.strategy not in supported:
         raise ValueError(
@@ -264,7 +269,7 @@ def parse_step1(data: dict, where: str, source: str) -> SimilarityConfig:
             4,
         )
         freq = []
-    temporal = data.get("temporal_config")
+    temporal = data.get("temporal_config") or {"strategy": STEP1_STRATEGY}
     raws: list[tuple[dict, str]] = []
     if n:
         if STEP1_APPROACHES[approach] == DUAL:
@@ -274,8 +279,7 @@ def parse_step1(data: dict, where: str, source: str) -> SimilarityConfig:
             raws = [({"type": "hybrid", "modules": modules}, "hybrid")] * n
         else:
             raws = [({"type": approach, **sec[f"{approach}_config"]}, f"{approach}_config")] * n
-    if temporal:
-        raws = [({**raw, "temporal_config": temporal}, at) for raw, at in raws]
+    raws = [({**raw, "temporal_config": temporal}, at) for raw, at in raws]
     heads = [parse_head(raw, f"{where}{at}") for raw, at in raws]
     _name_heads(heads)
     intra = _intra(data, where)

@@ -190,6 +190,7 @@ class CrossStudentAttentionHead(BaseSimilarityHead):
     params_cls = PrototypeParams
     needs_states = True
     temporal_strategies = (CONTENT, "position_weighted")
+    temporal_defaults = {"future_weight": 0.0}  # prototypes have no later steps to weigh
 
     def __init__(self, d_model: int, d_head: int, spec: HeadConfig, num_c: int):
         super().__init__(d_model, d_head, spec, num_c)
@@ -200,7 +201,7 @@ class CrossStudentAttentionHead(BaseSimilarityHead):
 
     @classmethod
     def check_temporal(cls, temporal, where: str) -> None:
-        if temporal.future_weight != 0:
+        if temporal.strategy != CONTENT and temporal.future_weight != 0:
             raise ValueError(
                 f"{where}temporal_config.future_weight must be 0 for an attention head (its "
                 f"prototypes have no later steps), got {temporal.future_weight}"

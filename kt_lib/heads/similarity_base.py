@@ -14,6 +14,7 @@ Content metrics (`METRICS`: cosine, dot, euclidean, learned) score a query again
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -41,12 +42,16 @@ class HeadSpec(Protocol):
 
 
 SIMILARITY_HEADS: Registry = Registry("inter-student head")
+# custom classes of another interface -> the head class that runs them, or None (seed 000's
+# BaseSimilarityModule: kt_lib.heads.similarity_seed registers its adapter here)
+CLASS_ADAPTERS: list[Callable[[Any], type | None]] = []
 METRICS: Registry = Registry("similarity metric")
 CONTENT = "content"  # strategy name: score the query against projected keys
-# seed 000's temporal values (its examples and classes): TemporalConfig's defaults
+# seed 000's temporal values (its examples and classes: PositionWeightedSimilarity(decay_factor=
+# 0.95, future_weight=0.3)): TemporalConfig's defaults
 SEED_TEMPORAL: dict[str, Any] = {
     "decay_factor": 0.95,
-    "future_weight": 0.0,
+    "future_weight": 0.3,
     "window_sizes": [10, 20, 50],
 }
 # seed 000 names custom modules that do not exist; the workbook ships the same ideas here
@@ -172,6 +177,8 @@ class BaseSimilarityHead(nn.Module):
     temporal_strategies: ClassVar[tuple[str, ...]] = (CONTENT,)
     # parameters read under the content strategy only -> the value seed 000's example gives
     content_params: ClassVar[dict[str, Any]] = {}
+    # temporal_config values this head type takes where a config omits them (else SEED_TEMPORAL)
+    temporal_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, d_model: int, d_head: int, spec: HeadSpec, num_c: int):
         super().__init__()
@@ -381,16 +388,18 @@ def import_head_class(path: str, where: str = "") -> type[BaseSimilarityHead]:
     obj = getattr(module, cls_name, None)
     if obj is None:
         raise ValueError(f"{where}module_path {path!r}: {module_name!r} has no {cls_name!r}")
-    if not (
-        isinstance(obj, type)
-        and issubclass(obj, BaseSimilarityHead)
-        and obj is not BaseSimilarityHead
-    ):
-        raise ValueError(
-            f"{where}module_path {path!r} is not a subclass of kt_lib.heads."
-            "similarity.BaseSimilarityHead; custom heads must subclass it"
-        )
-    return obj
+    if isinstance(obj, type) and issubclass(obj, BaseSimilarityHead):
+        if obj is not BaseSimilarityHead:
+            return obj
+    else:
+        adapted = next((a(obj) for a in CLASS_ADAPTERS if a(obj) is not None), None)
+        if adapted is not None:
+            return adapted
+    raise ValueError(
+        f"{where}module_path {path!r} is not a subclass of kt_lib.heads."
+        "similarity.BaseSimilarityHead; custom heads must subclass it, or have seed 000's module "
+        "interface (an nn.Module with build_memory_bank, compute_similarity, forward(hq, hs))"
+    )
 
 
 def head_class(spec: HeadSpec, where: str = "") -> type[BaseSimilarityHead]:

@@ -366,6 +366,11 @@ class SimAKT(DTransformer):
             )
         return self.folds.fold_of(batch.uid)
 
+    def bank_folds(self, batch: Batch) -> torch.Tensor:
+        """[B] the bank fold each row reads (0 for every row when no head reads a bank); the
+        causality audit perturbs and compares one fold's rows at a time (kt_lib.audit)."""
+        return self._folds_for(batch)
+
     def block3_extra_heads(
         self, batch: Batch, hq: torch.Tensor, hs: torch.Tensor, need_weights: bool
     ) -> tuple[ExtraHeads | None, dict]:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..heads.simakt_config import load_simakt_config
+from ..heads.similarity_trajectory import SEED_MEMORY_SIZE
 from ..train import TrainConfig
 from .ablations import simakt_similarity
 from .experiment import Splits, run_experiment
@@ -49,17 +50,19 @@ class Dim:
         return trial.suggest_float(name, self.low, self.high, log=self.log)
 
 
-# Settings of SimilarityConfig.with_settings (and "lr" for the optimiser). The ranges cover the
-# seed's examples (influence 0.1-0.7, 10-200 clusters, k 5-50, memory 100-1000, future_weight
-# 0-0.5, decay 0.8-0.99); callers shrink bank sizes for small data (see `small_space`).
+# Settings of SimilarityConfig.with_settings (and "lr" for the optimiser). The ranges contain
+# seed 000's: influence weights 0-2.5 (its default 1.0, its examples 0.3-2.5; 0 turns a head
+# off), future_weight 0-1 (strict_causal 0, full_collaborative 1), memory_size 50-500 (its
+# stated range), 10-200 clusters (examples 50-200), k 5-50 (examples 10-20), decay 0.8-0.99
+# (examples 0.95-0.98); callers shrink bank sizes for small data (see `small_space`).
 SIMAKT_SPACE: dict[str, Dim] = {
     "lr": Dim(1e-4, 3e-3, log=True),
-    "cluster_weight": Dim(0.05, 0.7),
-    "knn_weight": Dim(0.05, 0.7),
+    "cluster_weight": Dim(0.0, 2.5),
+    "knn_weight": Dim(0.0, 2.5),
     "n_clusters": Dim(10, 200, log=True, kind="int"),
     "k_neighbors": Dim(5, 50, log=True, kind="int"),
-    "memory_size": Dim(100, 1000, log=True, kind="int"),
-    "future_weight": Dim(0.0, 0.5),
+    "memory_size": Dim(SEED_MEMORY_SIZE[0], SEED_MEMORY_SIZE[1], log=True, kind="int"),
+    "future_weight": Dim(0.0, 1.0),
     "decay_factor": Dim(0.8, 0.99),
 }
 
@@ -71,7 +74,8 @@ def small_space(n_students: int) -> dict[str, Dim]:
     space["n_clusters"] = Dim(2, min(200, top), log=True, kind="int")
     # a bank holds one cross-fitting fold of the training students (half, with 2 folds)
     bank = max(8, n_students // 3)
-    space["memory_size"] = Dim(min(8, top), min(1000, bank), log=True, kind="int")
+    high = min(SEED_MEMORY_SIZE[1], bank)
+    space["memory_size"] = Dim(min(8, top), high, log=True, kind="int")
     space["k_neighbors"] = Dim(2, min(50, max(2, top // 2)), log=True, kind="int")
     return space
 
