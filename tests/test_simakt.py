@@ -600,13 +600,16 @@ def test_presets_build_the_models_they_built_before(name):
     model.prepare(train)
     assert [[k, list(v.shape)] for k, v in model.state_dict().items()] == ref["state_dict"]
     batch = batch_of(train, range(4), pad_to=8)
+    # banks come out of k-means / nearest neighbours on BLAS, whose rounding differs by CPU and
+    # grows through the bank: another CPU than the recording's moves logits by up to 6e-5
+    # (cluster_dominant, full_collaborative on an Intel Xeon); a changed model moves them far more
     model.eval()
     with torch.no_grad():
-        assert torch.allclose(model(batch).logits, torch.tensor(ref["eval_logits"]), atol=1e-5)
+        assert torch.allclose(model(batch).logits, torch.tensor(ref["eval_logits"]), atol=2e-4)
     model.train()
     torch.manual_seed(7)
     out = model(batch)
-    assert torch.allclose(out.logits.detach(), torch.tensor(ref["train_logits"]), atol=1e-5)
+    assert torch.allclose(out.logits.detach(), torch.tensor(ref["train_logits"]), atol=2e-4)
     model.loss(out, batch)["total"].backward()
     model.eval()
     assert audit_causality(model, batch, steps=[0, 3, 7])
