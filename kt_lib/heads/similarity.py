@@ -3,9 +3,11 @@
 # B batch, L steps, D model dim, Dh head dim, F bank folds, M memory slots, S memory steps,
 # C concepts, P prototypes
 A head receives its slice of Block 3's query projection (Q = W_Q hq) [B, L, Dh] and a
-`HeadContext`, and returns [B, L, Dh]; Block 3 scales it by the head's influence weight (0: the
-head is off and outputs zeros), concatenates it after the intra-student heads, then applies W_O.
-Heads are configured by `kt_lib.heads.simakt_schema.HeadConfig` (parsed by simakt_parse). The
+`HeadContext`, and returns [B, L, Dh] (`forward`), or that and its attention maps (`attend`);
+Block 3 scales it by the head's influence weight (0: the head is off and outputs zeros),
+concatenates it after the intra-student heads, then applies W_O. Data go one way: SimAKT takes
+Block 3's queries, `InterStudentHeads` returns the outputs and the maps, Block 3 takes the
+outputs. Heads are configured by `kt_lib.heads.simakt_schema.HeadConfig` (parsed by simakt_parse). The
 interface and registries live in similarity_base, the cluster and KNN heads in
 similarity_trajectory; this module holds the graph, attention, hybrid and DeepSet heads and
 `InterStudentHeads`, and re-exports the rest.
@@ -153,14 +155,13 @@ class GraphHead(BaseSimilarityHead):
             mix = (mix + t.future_weight * self.two_step[at, ctx.q]) / (1 + t.future_weight)
         return mix.clamp(min=torch.finfo(mix.dtype).tiny).log()
 
-    def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
+    def attend(self, query: torch.Tensor, ctx: HeadContext):
         nodes = self.node.weight + self.stats_proj(self.node_stats)  # [F, C, D]
         keys = self.w_k(nodes)[ctx.fold]  # [B, C, Dh]
         values = self.w_v(nodes)[ctx.fold]
         scores = query @ keys.transpose(1, 2) * self.d_head**-0.5 + self.prior(ctx)
         w = torch.softmax(scores, dim=-1)
-        ctx.record(self.spec.name, w)
-        return w @ values
+        return w @ values, self.maps(ctx, w)
 
 
 @dataclass
@@ -216,12 +217,11 @@ class CrossStudentAttentionHead(BaseSimilarityHead):
         w = decayed_mean_weights(L, self.spec.temporal.decay_factor, states.device, states.dtype)
         return torch.einsum("ti,bid->btd", w, states)
 
-    def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
+    def attend(self, query: torch.Tensor, ctx: HeadContext):
         q = query + self.w_s(self.running_state(ctx.states))
         scores = q @ self.w_k(self.prototypes).T * self.d_head**-0.5  # [B, L, P]
         w = torch.softmax(scores, dim=-1)
-        ctx.record(self.spec.name, w)
-        return w @ self.w_v(self.prototypes)
+        return w @ self.w_v(self.prototypes), self.maps(ctx, w)
 
 
 # -- hybrid ------------------------------------------------------------------------------------
@@ -298,9 +298,13 @@ class HybridHead(BaseSimilarityHead):
         for part in self.parts:
             part.check_ready()
 
-    def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
+    def attend(self, query: torch.Tensor, ctx: HeadContext):
         w = torch.softmax(self.mix, dim=0)
-        return sum(w[j] * part(query, ctx) for j, part in enumerate(self.parts))
+        out, maps = 0, {}
+        for j, part in enumerate(self.parts):
+            y, m = part.attend(query, ctx)
+            out, maps = out + w[j] * y, {**maps, **m}
+        return out, maps
 
 
 # -- custom-head example -----------------------------------------------------------------------
@@ -390,13 +394,18 @@ class InterStudentHeads(nn.Module):
         """Modules of active heads that read a bank."""
         return [reader for _, reader in self.bank_slots()]
 
-    def forward(self, queries: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
-        """queries [B, h, L, Dh] (one slice of W_Q hq per head) -> [B, h, L, Dh]."""
-        outs = []
+    def forward(
+        self, queries: torch.Tensor, ctx: HeadContext
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """queries [B, h, L, Dh] (one slice of W_Q hq per head) -> [B, h, L, Dh], and with
+        `ctx.need_weights` each head's maps as {"block3.<name>": [B, L, M]}."""
+        outs, maps = [], {}
         for i, head in enumerate(self.heads):
             if not head.active:
                 outs.append(torch.zeros_like(queries[:, i]))
                 continue
             head.check_ready()
-            outs.append(head(queries[:, i], ctx) * head.weight)
-        return torch.stack(outs, dim=1)
+            y, m = head.attend(queries[:, i], ctx)
+            outs.append(y * head.weight)
+            maps.update({f"block3.{name}": w for name, w in m.items()})
+        return torch.stack(outs, dim=1), maps

@@ -70,12 +70,7 @@ class HeadContext:
     q: torch.Tensor  # [B, L] concept ids
     fold: torch.Tensor  # [B] bank fold each row reads
     uid: torch.Tensor | None  # [B] student ids
-    need_weights: bool = False
-    weights: dict[str, torch.Tensor] = field(default_factory=dict)  # head -> [B, L, M]
-
-    def record(self, name: str, w: torch.Tensor) -> None:
-        if self.need_weights:
-            self.weights[f"block3.{name}"] = w.detach()
+    need_weights: bool = False  # heads return their attention maps (`attend`)
 
 
 @dataclass
@@ -347,7 +342,24 @@ class BaseSimilarityHead(nn.Module):
         return out
 
     def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
-        raise NotImplementedError
+        """query [B, L, Dh] -> [B, L, Dh]: a head computes this, or `attend`."""
+        return self.attend(query, ctx)[0]
+
+    def attend(
+        self, query: torch.Tensor, ctx: HeadContext
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The output and, with `ctx.need_weights`, the head's attention maps by name
+        ({name: [B, L, M]} over its slots, detached); a head without maps implements
+        `forward` only and returns none."""
+        if type(self).forward is BaseSimilarityHead.forward:
+            raise NotImplementedError(
+                f"{type(self).__name__} implements neither forward nor attend"
+            )
+        return self(query, ctx), {}
+
+    def maps(self, ctx: HeadContext, w: torch.Tensor) -> dict[str, torch.Tensor]:
+        """{this head's name: w detached} when the caller asked for weights, else {}."""
+        return {self.spec.name: w.detach()} if ctx.need_weights else {}
 
 
 @dataclass

@@ -85,7 +85,7 @@ class ClusterHead(BaseSimilarityHead):
             self._buffer("sequences", [b.sequences for b in banks])  # [F, C, S, D]
             self._buffer("seq_valid", [b.seq_valid for b in banks])  # [F, C, S]
 
-    def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
+    def attend(self, query: torch.Tensor, ctx: HeadContext):
         values = self.w_v(self.centroids)[ctx.fold]  # [B, C, Dh]
         if self.temporal is not None:
             scores = self.trajectory_similarity(
@@ -94,8 +94,7 @@ class ClusterHead(BaseSimilarityHead):
         else:
             scores = self.metric(query, self.w_k(self.centroids)[ctx.fold])  # [B, L, C]
         w = masked_softmax(scores / self.p.temperature, self.slot_valid[ctx.fold].unsqueeze(1))
-        ctx.record(self.spec.name, w)
-        return w @ values
+        return w @ values, self.maps(ctx, w)
 
 
 @dataclass
@@ -167,7 +166,7 @@ class KNNHead(BaseSimilarityHead):
             self._padded("sequences", [b.sequences for b in banks])  # [F, M, S, D]
             self._padded("seq_valid", [b.seq_valid for b in banks], False)  # [F, M, S]
 
-    def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
+    def attend(self, query: torch.Tensor, ctx: HeadContext):
         B, L, Dh = query.shape
         values = self.w_v(self.entries)[ctx.fold]  # [B, M, Dh]
         valid = self.entry_valid[ctx.fold]  # [B, M]
@@ -186,6 +185,7 @@ class KNNHead(BaseSimilarityHead):
         top = torch.where(ok, top, 0.0)  # excluded entries: no inf in the temperature gradient
         w = masked_softmax(top / self.log_temperature.exp(), ok)
         picked = values.gather(1, idx.reshape(B, L * k, 1).expand(-1, -1, Dh))
-        if ctx.need_weights:
-            ctx.record(self.spec.name, torch.zeros_like(scores).scatter(-1, idx, w))
-        return (w.unsqueeze(-1) * picked.view(B, L, k, Dh)).sum(2)
+        out = (w.unsqueeze(-1) * picked.view(B, L, k, Dh)).sum(2)
+        if not ctx.need_weights:
+            return out, {}
+        return out, self.maps(ctx, torch.zeros_like(scores).scatter(-1, idx, w))

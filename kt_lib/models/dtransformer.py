@@ -143,7 +143,6 @@ class Encoded:
     z: torch.Tensor  # [B, L, K, D] knowledge read at each step (strict past)
     mu: torch.Tensor | None  # [B, L] problem difficulties (None without pids)
     attention: dict[str, torch.Tensor]
-    extras: dict[str, torch.Tensor]
 
 
 @register("dtransformer")
@@ -165,8 +164,9 @@ class DTransformer(KTModel):
 
     def block3_extra_heads(
         self, batch: Batch, hq: torch.Tensor, hs: torch.Tensor, need_weights: bool
-    ) -> tuple[ExtraHeads | None, dict]:
-        """Heads that replace Block 3's last ones, and extras to report (none here)."""
+    ) -> tuple[ExtraHeads | None, dict[str, torch.Tensor]]:
+        """Outputs that replace Block 3's last heads, and their attention maps by name (none
+        here: a subclass computes them from `self.block3.attn.queries(hq)`)."""
         return None, {}
 
     def _check(self, batch: Batch) -> None:
@@ -184,7 +184,7 @@ class DTransformer(KTModel):
         valid = batch.mask
         hq, w1 = self.block1(emb.x, emb.x, emb.x, valid, True, need_weights)
         hs, w2 = self.block2(emb.y, emb.y, emb.y, valid, True, need_weights)
-        extra, extras = self.block3_extra_heads(batch, hq, hs, need_weights)
+        extra, extra_maps = self.block3_extra_heads(batch, hq, hs, need_weights)
         p, w3 = self.block3(hq, hq, hs, valid, True, need_weights, extra)
         z, w4 = self.block4.read_slots(self.know, hq, p, valid, need_weights)  # [B, L, K, D]
         attention = {}
@@ -195,8 +195,8 @@ class DTransformer(KTModel):
                 "block3": w3,
                 "block4": w4.mean(1),
             }  # [B, H, L, S], averaged over slots
-            attention.update(extras.pop("attention", {}))
-        return Encoded(emb.x, z, emb.mu, attention, extras)
+            attention.update(extra_maps)
+        return Encoded(emb.x, z, emb.mu, attention)
 
     def readout(self, z: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """h_t = sum_k softmax_k(slot_k . x_t) z_{t,k} -> [B, L, D]."""
@@ -212,7 +212,7 @@ class DTransformer(KTModel):
         penalty = RaschEmbedding.l2_penalty(enc.mu, batch.mask, self.config.rasch_l2)
         if penalty is not None:
             losses["rasch_l2"] = penalty
-        extras = dict(enc.extras)
+        extras = {}
         if self.config.contrastive and self.training:
             extras["z"] = enc.z
         return ModelOutput(logits, losses, enc.attention if return_attention else None, extras)

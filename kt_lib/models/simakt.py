@@ -373,7 +373,9 @@ class SimAKT(DTransformer):
 
     def block3_extra_heads(
         self, batch: Batch, hq: torch.Tensor, hs: torch.Tensor, need_weights: bool
-    ) -> tuple[ExtraHeads | None, dict]:
+    ) -> tuple[ExtraHeads | None, dict[str, torch.Tensor]]:
+        """The inter-student heads' outputs from Block 3's own queries (its last h heads'
+        slices of W_Q hq), and their attention maps when asked."""
         if self.inter is None:
             return None, {}
         states = None
@@ -382,9 +384,9 @@ class SimAKT(DTransformer):
                 hs if self.similarity.memory.encoder == "block2" else self._encoder_states(batch)
             )
         ctx = HeadContext(hq, hs, states, batch.q, self._folds_for(batch), batch.uid, need_weights)
-        return ExtraHeads(len(self.inter), lambda qh: self.inter(qh, ctx)), {
-            "attention": ctx.weights
-        }
+        queries = self.block3.attn.queries(hq)[:, -len(self.inter) :]  # [B, h, L, Dh]
+        out, maps = self.inter(queries, ctx)
+        return ExtraHeads(out), maps
 
 
 def bank_rebuilder(train: KTDataset) -> Callable[[SimAKT, Batch], None]:

@@ -6,14 +6,14 @@ projections and layers around it:
 - `MonotonicAttention`: multi-head monotonic attention. `kq_same` shares one projection for
   queries and keys (AKT and DTransformer; it is `q_proj`, and `k_proj` is then None). AKT
   re-initialises with Xavier (`xavier_init=True`); DTransformer keeps torch's Linear init.
-  `extra` lets SimAKT replace the last heads by inter-student heads; `read_slots` is
-  DTransformer's Block 4 (knowledge-slot queries).
+  `extra` replaces the last heads' outputs by ones computed outside (SimAKT's inter-student
+  heads, from this layer's own `queries`); `read_slots` is DTransformer's Block 4
+  (knowledge-slot queries).
 - `MonotonicLayer`: AKT's transformer layer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -28,10 +28,13 @@ from .shapes import merge_heads, split_heads
 
 @dataclass
 class ExtraHeads:
-    """Heads that replace the last `n_heads` heads of an attention layer (SimAKT's inter heads)."""
+    """Outputs that replace the last h heads of an attention layer (SimAKT's inter heads)."""
 
-    n_heads: int
-    fn: Callable[[torch.Tensor], torch.Tensor]  # queries [B, h, L, Dh] -> outputs [B, h, L, Dh]
+    out: torch.Tensor  # [B, h, L, Dh], computed from the layer's `queries`
+
+    @property
+    def n_heads(self) -> int:
+        return self.out.shape[1]
 
 
 class MonotonicAttention(nn.Module):
@@ -82,6 +85,10 @@ class MonotonicAttention(nn.Module):
     def keys(self, key: torch.Tensor) -> torch.Tensor:
         return self.split((self.k_proj or self.q_proj)(key))
 
+    def queries(self, query: torch.Tensor) -> torch.Tensor:
+        """The per-head queries W_Q query [B, H, L, Dh] this layer attends with."""
+        return self.split(self.q_proj(query))
+
     def forward(
         self,
         query: torch.Tensor,
@@ -104,7 +111,7 @@ class MonotonicAttention(nn.Module):
             out, w = monotonic_attention(
                 q[:, :n], k[:, :n], v[:, :n], self.gamma[:n], mask, p, need_weights
             )
-            out = torch.cat([out.to(v.dtype), extra.fn(q[:, n:]).to(v.dtype)], dim=1)
+            out = torch.cat([out.to(v.dtype), extra.out.to(v.dtype)], dim=1)
         return self.out_proj(merge_heads(out)), w
 
     def read_slots(
