@@ -7,8 +7,8 @@ A head receives its slice of Block 3's query projection (Q = W_Q hq) [B, L, Dh] 
 Block 3 scales it by the head's influence weight (0: the head is off and outputs zeros),
 concatenates it after the intra-student heads, then applies W_O. Data go one way: SimAKT takes
 Block 3's queries, `InterStudentHeads` returns the outputs and the maps, Block 3 takes the
-outputs. Heads are configured by `kt_lib.heads.simakt_schema.HeadConfig` (parsed by simakt_parse). The
-interface and registries live in similarity_base, the cluster and KNN heads in
+outputs. Heads are configured by `kt_lib.heads.simakt_schema.HeadConfig` (parsed by
+simakt_parse). The interface and registries live in similarity_base, the cluster and KNN heads in
 similarity_trajectory; this module holds the graph, attention, hybrid and DeepSet heads and
 `InterStudentHeads`, and re-exports the rest.
 
@@ -60,7 +60,6 @@ from .similarity_base import (
     head_class,
     head_class_of,
     import_head_class,
-    masked_softmax,
     valid_types,
 )
 from .similarity_trajectory import ClusterHead, ClusterParams, KNNHead, KNNParams
@@ -86,7 +85,6 @@ __all__ = [
     "head_class",
     "head_class_of",
     "import_head_class",
-    "masked_softmax",
     "valid_types",
 ]
 

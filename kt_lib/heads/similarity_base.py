@@ -92,12 +92,6 @@ def refuse_unread(key: str, value, seed_value, strategy: str, why: str, fix: str
     raise ValueError(f"{msg}; {fix}")
 
 
-def masked_softmax(scores: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dim restricted to `valid`; all-invalid rows give zeros."""
-    w = torch.softmax(scores.masked_fill(~valid, torch.finfo(scores.dtype).min), dim=-1)
-    return w * valid.any(-1, keepdim=True)
-
-
 # -- content metrics ---------------------------------------------------------------------------
 
 

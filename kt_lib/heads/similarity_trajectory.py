@@ -16,6 +16,7 @@ from torch import nn
 
 from ..config import require
 from ..memory.banks import DEFAULT_SAMPLER, SAMPLERS, ClusterBank, KNNBank
+from ..nn.reference import masked_softmax
 from ..seed_warnings import warn_outside
 from .simakt_schema import HeadConfig
 from .similarity_base import (
@@ -25,7 +26,6 @@ from .similarity_base import (
     BankBuild,
     BaseSimilarityHead,
     HeadContext,
-    masked_softmax,
 )
 
 # seed 000's ranges: memory_size 50-500 (stated); n_clusters 50-200 (its example configs).
