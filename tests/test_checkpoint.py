@@ -182,7 +182,7 @@ def test_atomic_writes_get_the_mode_open_would_give(model, tmp_path):
 
 
 PROBE = """
-from kt_lib.heads.similarity import DeepSetSimilarity
+from kt_lib.heads.inter import DeepSetSimilarity
 
 IMPORTED = True
 
@@ -211,7 +211,7 @@ def test_a_checkpoint_naming_outside_code_is_refused_without_trust_code(tmp_path
     monkeypatch.syspath_prepend(str(tmp_path))
     meta = json.loads((tmp_path / "ours.json").read_text())
     text = json.dumps(meta).replace(
-        "kt_lib.heads.similarity.DeepSetSimilarity", "kt_probe_head.ProbeHead"
+        "kt_lib.heads.inter.DeepSetSimilarity", "kt_probe_head.ProbeHead"
     )
     shutil.copy(tmp_path / "ours.pt", tmp_path / "probe.pt")
     (tmp_path / "probe.json").write_text(text)
@@ -300,7 +300,7 @@ def test_a_checkpoint_reading_a_config_file_is_refused_without_trust_code(tmp_pa
     (tmp_path / "kt_probe_head2.py").write_text(PROBE)
     monkeypatch.syspath_prepend(str(tmp_path))
     probe = json.loads(json.dumps(mapping).replace(
-        "kt_lib.heads.similarity.DeepSetSimilarity", "kt_probe_head2.ProbeHead"
+        "kt_lib.heads.inter.DeepSetSimilarity", "kt_probe_head2.ProbeHead"
     ))  # fmt: skip
     (tmp_path / "probe.yaml").write_text(yaml.safe_dump(probe))
     meta = json.loads((tmp_path / "from_file.json").read_text())

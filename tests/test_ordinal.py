@@ -33,7 +33,7 @@ from kt_lib.heads.ordinal import (
     build_pipeline,
     composite_attention,
 )
-from kt_lib.heads.ordinal_config import CONFIG_DIR, SEED_CONFIG, read_seed_config
+from kt_lib.heads.ordinal.config import CONFIG_DIR, SEED_CONFIG, read_seed_config
 from kt_lib.metrics import ordinal_confusion_matrix, ordinal_metrics, predict_category
 from kt_lib.models import build_model
 from kt_lib.models.gpcm import (

@@ -17,12 +17,12 @@ from kt_lib.audit import audit_causality, perturb_future, random_batch
 from kt_lib.checkpoint import load_model, save_model
 from kt_lib.data.dataset import KTDataset, StudentSeq, Window, collate
 from kt_lib.data.synthetic import simulate
+from kt_lib.heads.inter import BaseSimilarityHead
 from kt_lib.heads.simakt_config import (
     MemoryConfig,
     load_simakt_configs,
     parse_head,
 )
-from kt_lib.heads.similarity import BaseSimilarityHead
 from kt_lib.memory import (
     Bank,
     ClusterBank,
@@ -35,7 +35,7 @@ from kt_lib.memory import (
     position_weights,
 )
 from kt_lib.memory.banks import random_sample
-from kt_lib.memory.similarity import (
+from kt_lib.memory.temporal import (
     TEMPORAL_STRATEGIES,
     build_strategy,
     prefix_aligned_similarity,
@@ -245,7 +245,7 @@ OTHER_HEADS = {  # graph, cross-student prototypes and the custom DeepSet head (
         {"type": "attention", "n_prototypes": 3},
         {
             "type": "custom",
-            "module_path": "kt_lib.heads.similarity.DeepSetSimilarity",
+            "module_path": "kt_lib.heads.inter.DeepSetSimilarity",
             "params": {"set_size": 5, "invariant_layers": 2},
         },
     ],
@@ -351,7 +351,7 @@ def test_custom_heads_by_module_path():
                 {"type": "custom", "module_path": "tests.test_simakt.ScaledQueryHead"},
                 {
                     "type": "custom",
-                    "module_path": "kt_lib.heads.similarity.DeepSetSimilarity",
+                    "module_path": "kt_lib.heads.inter.DeepSetSimilarity",
                     "params": {"set_size": 5, "invariant_layers": 2},
                 },
             ],
@@ -367,7 +367,7 @@ def test_custom_heads_by_module_path():
             {
                 "type": "custom",
                 "set_size": 3,
-                "module_path": "kt_lib.heads.similarity.DeepSetSimilarity",
+                "module_path": "kt_lib.heads.inter.DeepSetSimilarity",
             }
         )
 
@@ -847,7 +847,7 @@ def test_learned_metric_starts_as_cosine():
     model = simakt(NEW["learned_metrics"])
     metric = model.inter.heads[0].metric
     q, k = torch.randn(2, 5, 4), torch.randn(2, 3, 4)
-    from kt_lib.heads.similarity import METRICS
+    from kt_lib.heads.inter import METRICS
 
     assert sorted(METRICS) == ["cosine", "dot", "euclidean", "learned"]
     cos = METRICS["cosine"](4)(q, k)
@@ -935,7 +935,7 @@ def test_graph_position_weighting_mixes_the_past_and_two_step_edges():
     model = simakt(NEW["graph_attention_position_weighted"], train)
     graph = model.inter.heads[0]
     batch = batch_of(train, range(2))
-    from kt_lib.heads.similarity import HeadContext
+    from kt_lib.heads.inter import HeadContext
 
     fold = model._folds_for(batch)
     ctx = HeadContext(None, None, None, batch.q, fold, batch.uid)

@@ -1,4 +1,4 @@
-"""SimAKT's similarity configuration (kt_lib.heads.simakt_config, simakt_schema, simakt_parse):
+"""SimAKT's similarity configuration (kt_lib.heads.simakt_config: schema, parse, loading):
 presets, seed files, Step 1 / Step 2 parsing, errors, settings."""
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def test_head_count_mismatch_and_intra():
         (
             {
                 "type": "custom",
-                "module_path": "kt_lib.heads.similarity.DeepSetSimilarity",
+                "module_path": "kt_lib.heads.inter.DeepSetSimilarity",
                 "temporal_config": {"future_weight": 0.2},
             },
             "does not support the position_weighted strategy",
@@ -119,10 +119,10 @@ def test_head_count_mismatch_and_intra():
         ({"type": "custom", "module_path": "no_such_pkg.Head"}, "cannot import 'no_such_pkg'"),
         ({"type": "custom", "module_path": "torch.nn.Linear"}, "is not a subclass of"),
         (
-            {"type": "custom", "module_path": "kt_lib.heads.similarity.BaseSimilarityHead"},
+            {"type": "custom", "module_path": "kt_lib.heads.inter.BaseSimilarityHead"},
             "is not a subclass of",
         ),
-        ({"type": "custom", "module_path": "kt_lib.heads.similarity.Nope"}, "has no 'Nope'"),
+        ({"type": "custom", "module_path": "kt_lib.heads.inter.Nope"}, "has no 'Nope'"),
         ({"influence_weight": 1.0}, "needs a 'type'"),
     ],
 )
@@ -179,7 +179,7 @@ def test_seed_layouts_and_collections():
         ("graph", "position_weighted", 0.2),  # temporal_config on a graph head
         ("custom", "content", 0.3),  # the seed's default, unread under content
     ]
-    assert step2.heads[3].module_path == "kt_lib.heads.similarity.DeepSetSimilarity"
+    assert step2.heads[3].module_path == "kt_lib.heads.inter.DeepSetSimilarity"
     with pytest.warns(SeedSettingWarning, match="update_frequency=10 has no effect"):
         dual_cfg = load_simakt_config(seed / "dual_similarity_config.json")
     assert dual_cfg.heads[1].params.temperature == 0.1  # initial_temperature
@@ -307,7 +307,7 @@ def test_the_seeds_cluster_only_example_is_the_shipped_cluster_only_preset():
 
 
 def test_omitted_future_weight_is_the_seeds_0_3_and_no_similarity_is_approach_none():
-    from kt_lib.heads.simakt_schema import TemporalConfig
+    from kt_lib.heads.simakt_config.schema import TemporalConfig
     from kt_lib.models.simakt import SimAKTConfig
 
     assert TemporalConfig().future_weight == 0.3 and TemporalConfig().decay_factor == 0.95

@@ -6,9 +6,9 @@ import warnings
 
 import pytest
 
+from kt_lib.heads.inter import KNNHead
+from kt_lib.heads.inter.base import NegativeEuclidean
 from kt_lib.heads.simakt_config import load_simakt_config
-from kt_lib.heads.similarity import KNNHead
-from kt_lib.heads.similarity_base import NegativeEuclidean
 from kt_lib.models import build_model
 from kt_lib.seed_warnings import SeedRangeWarning, SeedSettingWarning, quiet
 

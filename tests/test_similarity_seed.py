@@ -1,4 +1,4 @@
-"""kt_lib.heads.similarity_seed: a module written to seed 000's Step 2 interface runs as a head."""
+"""kt_lib.heads.inter.seed_adapter: a module written to seed 000's interface runs as a head."""
 
 from __future__ import annotations
 

@@ -1,12 +1,11 @@
-"""Plug-in heads: inter-student similarity heads (similarity_base.py: interface and registry;
-similarity.py and similarity_trajectory.py: the built-in heads), configured by the typed schema
-of simakt_schema.py (parsed by simakt_parse.py, loaded by simakt_config.py); ordinal attention
-mechanisms (ordinal.py: the public names of ordinal_base.py, ordinal_mechanisms.py and
-ordinal_pipeline.py; seed files read by ordinal_config.py), interpretable heads. Each module
-owns its registry. The built-in similarity heads are imported here so their registrations run
-before any SimAKT config is parsed (the schema finds head classes through the registry only)."""
+"""Plug-in heads, one package per job:
+- `inter/`: SimAKT's inter-student heads (interface and registry in inter/base.py);
+- `simakt_config/`: SimAKT's configuration language (the typed schema, its parser, the loader of
+  files and shipped presets), which finds head classes through the registry only;
+- `ordinal/`: seed 002's plug-in ordinal attention mechanisms (base, mechanisms, pipeline; its
+  seed files in ordinal/config.py);
+- `gpcm.py`: the GPCM output layer and ordinal losses.
+The inter-student heads are imported here so their registrations run before any SimAKT config is
+parsed."""
 
-from . import (
-    similarity,  # noqa: F401 -- registers the built-in inter-student heads
-    similarity_seed,  # noqa: F401 -- adapts seed 000's similarity modules
-)
+from . import inter  # noqa: F401 -- registers the built-in inter-student heads

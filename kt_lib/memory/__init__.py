@@ -24,7 +24,7 @@ from .banks import (
     random_sample,
 )
 from .encoders import ENCODERS, EncodedSet, TrajectoryEncoder, build_encoder, encode_dataset
-from .similarity import (
+from .temporal import (
     TEMPORAL_STRATEGIES,
     build_strategy,
     position_weighted_similarity,

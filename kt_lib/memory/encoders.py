@@ -4,7 +4,7 @@
 An encoder maps a `Batch` to per-step states [B, L, D]. A student's encoding is the mean of its
 states over its COMPLETE log (every chunk of `max_len` steps, each encoded like a training
 window); its bank sequence is the states of its first `S` steps (bank positions are compared
-with window positions, see `kt_lib.memory.similarity`).
+with window positions, see `kt_lib.memory.temporal`).
 - `heuristic` (seed 000): state_t = E_q[q_t] + E_r[r_t] with fixed, seeded random embedding
   tables, so the encoding is the mean of question + response embeddings. Model-independent.
 - `block2`: the model's own Block 2 (interaction self-attention) states, mean-pooled; they change

@@ -8,7 +8,7 @@ kt_lib.models.gpcm_model. Here, as kt_lib.models.sakt's `SAKT` does for seed 004
 attention_mechanisms, fusion_method)` (or either with a config), `model(questions, responses,
 mask=None) -> [B, L, K]` probabilities beside `model(batch) -> ModelOutput`, and
 `get_attention_weights()`; `create_attention_gpcm` is the seed's factory, `load_seed_config` /
-`create_model_from_config` read its YAML format (kt_lib.heads.ordinal_config). Each adapter is
+`create_model_from_config` read its YAML format (kt_lib.heads.ordinal.config). Each adapter is
 its registry model (same weights, same checkpoints: `load_model` gives the registry class).
 """
 
@@ -22,7 +22,7 @@ import torch
 from ..config import from_dict
 from ..data.dataset import Batch, KTDataset
 from ..heads.ordinal import AttentionConfig
-from ..heads.ordinal_config import SEED_MECHANISMS, read_seed_config, seed_model_fields
+from ..heads.ordinal.config import SEED_MECHANISMS, read_seed_config, seed_model_fields
 from .base import MODELS, ModelOutput
 from .gpcm_model import (
     CausalRefinement,
@@ -271,7 +271,7 @@ def load_seed_config(
     source: str | Path | dict, dataset: KTDataset | None = None, **overrides
 ) -> SeedSetup:
     """Seed 002's YAML (attention / model / training sections) as a model config and training
-    settings, with clear errors naming the file and key (see kt_lib.heads.ordinal_config).
+    settings, with clear errors naming the file and key (see kt_lib.heads.ordinal.config).
 
     With `dataset`, the vocabulary comes from the data (n_questions is replaced; n_responses must
     match its K). `overrides` are model config fields applied last (e.g. d=16 for a smoke run).

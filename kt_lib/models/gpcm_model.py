@@ -59,7 +59,7 @@ from ..heads.ordinal import (
     MechanismCache,
     OrdinalEmbedding,
 )
-from ..heads.ordinal_config import SEED_MECHANISMS
+from ..heads.ordinal.config import SEED_MECHANISMS
 from ..nn import LSTM, Dropout, TransformerLayer, causal_mask
 from .base import BaseConfig, KTModel, ModelOutput, register
 

@@ -3,7 +3,7 @@
 # B batch, L steps, D model dim, H heads (n_intra + n_inter), Dh head dim, F bank folds
 Block 3 projects Q = W_Q hq, K = W_K hq, V = W_V hs for all H heads; the first n_intra heads are
 DTransformer's own (within the student, inclusive mask), the last n_inter heads are
-inter-student heads (`kt_lib.heads.similarity`) that read memory banks of TRAINING students
+inter-student heads (`kt_lib.heads.inter`) that read memory banks of TRAINING students
 (`kt_lib.memory`). Outputs are concatenated, then W_O. Blocks 1, 2 and 4 are DTransformer's.
 
 Configuration: the `similarity` field (a shipped preset name, a YAML/JSON path, 'file:name', a
@@ -36,6 +36,7 @@ import pandas as pd
 import torch
 
 from ..data.dataset import Batch, KTDataset, StudentSeq
+from ..heads.inter import BankBuild, HeadContext, InterStudentHeads
 from ..heads.simakt_config import (
     PRESET_DIR,
     MemoryConfig,
@@ -44,7 +45,6 @@ from ..heads.simakt_config import (
     load_simakt_config,
     refuse_untrusted_config,
 )
-from ..heads.similarity import BankBuild, HeadContext, InterStudentHeads
 from ..memory.bank_files import bank_file, dataset_name, read_banks, write_banks
 from ..memory.banks import Bank, FoldAssignment
 from ..memory.encoders import EncodedSet, build_encoder, encode_dataset

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from ..heads.inter.trajectory import SEED_MEMORY_SIZE
 from ..heads.simakt_config import load_simakt_config
-from ..heads.similarity_trajectory import SEED_MEMORY_SIZE
 from ..train import TrainConfig
 from .ablations import simakt_similarity
 from .experiment import Splits, run_experiment

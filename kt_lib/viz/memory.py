@@ -10,7 +10,7 @@ import torch
 
 from ..memory.analysis import fit_projection
 from ..memory.banks import ClusterBank, KNNBank
-from ..memory.similarity import position_weights
+from ..memory.temporal import position_weights
 
 
 def plot_projection(

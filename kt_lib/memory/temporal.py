@@ -185,7 +185,7 @@ class TemporalStrategy(nn.Module):
     """A registered strategy: forward(cur [B, L, D], mem [M, S, D], valid [M, S]) -> [B, L, M].
 
     `reads`: the temporal settings (decay_factor, future_weight, window_sizes) it uses; the
-    configuration refuses the others (kt_lib.heads.similarity_base).
+    configuration refuses the others (kt_lib.heads.inter.base).
     """
 
     reads: ClassVar[frozenset[str]] = frozenset()

@@ -2,7 +2,7 @@
 
 # B batch, L steps, D model dim, Dh head dim, F bank folds, M memory slots, C clusters
 Both heads score their slots by content (the query against projected slot keys, with a
-`METRICS` metric) or, under a temporal strategy (`kt_lib.memory.similarity`), by comparing the
+`METRICS` metric) or, under a temporal strategy (`kt_lib.memory.temporal`), by comparing the
 current student's states with the slots' complete trajectories, every (row, step, slot) at once.
 Causality: a head's output at step t is read by Block 4 only at steps > t.
 """
@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..config import require
-from ..memory.banks import DEFAULT_SAMPLER, SAMPLERS, ClusterBank, KNNBank
-from ..nn.reference import masked_softmax
-from ..seed_warnings import warn_outside
-from .simakt_schema import HeadConfig
-from .similarity_base import (
+from ...config import require
+from ...memory.banks import DEFAULT_SAMPLER, SAMPLERS, ClusterBank, KNNBank
+from ...nn.reference import masked_softmax
+from ...seed_warnings import warn_outside
+from ..simakt_config.schema import HeadConfig
+from .base import (
     CONTENT,
     METRICS,
     SIMILARITY_HEADS,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 
-from ..config import from_dict
-from ..seed_warnings import SeedSettingWarning, warn_once
-from .simakt_schema import (
+from ...config import from_dict
+from ...seed_warnings import SeedSettingWarning, warn_once
+from ..inter.base import HybridParams, current_module_path, head_class_of, valid_types
+from .schema import (
     HeadConfig,
     InfluenceRule,
     MemoryConfig,
@@ -19,7 +20,6 @@ from .simakt_schema import (
     TemporalConfig,
     content_temporal,
 )
-from .similarity_base import SEED_MODULE_PATHS, HybridParams, head_class_of, valid_types
 
 DUAL = ("cluster", "knn")
 STEP1_APPROACHES = {  # approach -> head types it builds (dual: fixed; others: inter_heads of one)
@@ -103,7 +103,7 @@ def parse_head(raw, where: str = "") -> HeadConfig:
         )
     type_ = str(raw.pop("type"))
     path = raw.pop("module_path", None)
-    path = SEED_MODULE_PATHS.get(path, path) if isinstance(path, str) else path
+    path = current_module_path(path) if isinstance(path, str) else path
     cls = head_class_of(type_, path, where)
     head = HeadConfig(type=type_, module_path=path)
     if "influence_weight" in raw:

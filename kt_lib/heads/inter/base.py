@@ -4,10 +4,10 @@
 A head receives its slice of Block 3's query projection (Q = W_Q hq) [B, L, Dh] and a
 `HeadContext`, and returns [B, L, Dh]; Block 3 scales it by the head's influence weight (0: the
 head is off and outputs zeros), concatenates it after the intra-student heads, then applies W_O.
-Head types register in `SIMILARITY_HEADS` (the built-in ones in `kt_lib.heads.similarity` and
-`kt_lib.heads.similarity_trajectory`, imported by the `kt_lib.heads` package); `custom` loads
+Head types register in `SIMILARITY_HEADS` (the built-in ones in `kt_lib.heads.inter` and
+`kt_lib.heads.inter.trajectory`, imported by the `kt_lib.heads` package); `custom` loads
 `module_path`, a dotted path to a `BaseSimilarityHead` subclass. The configuration schema
-(`kt_lib.heads.simakt_schema`) looks classes up here, so it never imports the head modules.
+(`kt_lib.heads.simakt_config.schema`) looks classes up here, so it never imports the head modules.
 Content metrics (`METRICS`: cosine, dot, euclidean, learned) score a query against slot keys.
 """
 
@@ -22,15 +22,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import from_dict, require
-from ..memory.banks import Bank, KNNBank, StateSource
-from ..memory.similarity import TEMPORAL_STRATEGIES, build_strategy
-from ..registry import Registry
-from ..seed_warnings import SeedSettingWarning, warn_once
+from ...config import from_dict, require
+from ...memory.banks import Bank, KNNBank, StateSource
+from ...memory.temporal import TEMPORAL_STRATEGIES, build_strategy
+from ...registry import Registry
+from ...seed_warnings import SeedSettingWarning, warn_once
 
 
 class HeadSpec(Protocol):
-    """What a head reads of its configuration (`kt_lib.heads.simakt_schema.HeadConfig`, which
+    """What a head reads of its configuration (`kt_lib.heads.simakt_config.schema.HeadConfig`, which
     imports this module: the schema finds head classes here, heads never import the schema)."""
 
     type: str
@@ -43,7 +43,7 @@ class HeadSpec(Protocol):
 
 SIMILARITY_HEADS: Registry = Registry("inter-student head")
 # custom classes of another interface -> the head class that runs them, or None (seed 000's
-# BaseSimilarityModule: kt_lib.heads.similarity_seed registers its adapter here)
+# BaseSimilarityModule: kt_lib.heads.inter.seed_adapter registers its adapter here)
 CLASS_ADAPTERS: list[Callable[[Any], type | None]] = []
 METRICS: Registry = Registry("similarity metric")
 CONTENT = "content"  # strategy name: score the query against projected keys
@@ -56,8 +56,23 @@ SEED_TEMPORAL: dict[str, Any] = {
 }
 # seed 000 names custom modules that do not exist; the workbook ships the same ideas here
 SEED_MODULE_PATHS = {
-    "research.trajectory_similarity.DeepSetSimilarity": "kt_lib.heads.similarity.DeepSetSimilarity"
+    "research.trajectory_similarity.DeepSetSimilarity": "kt_lib.heads.inter.DeepSetSimilarity"
 }
+# modules of the workbook that moved: configs and checkpoints written before still name them
+MOVED_MODULES = {
+    "kt_lib.heads.similarity_trajectory.": "kt_lib.heads.inter.",
+    "kt_lib.heads.similarity_base.": "kt_lib.heads.inter.",
+    "kt_lib.heads.similarity.": "kt_lib.heads.inter.",
+}
+
+
+def current_module_path(path: str) -> str:
+    """A custom head's module_path as the workbook names it today: seed 000's names for the
+    ideas the workbook ships, and the workbook's own moved modules."""
+    for old, new in MOVED_MODULES.items():
+        if path.startswith(old):
+            return new + path[len(old) :]
+    return SEED_MODULE_PATHS.get(path, path)
 
 
 @dataclass
@@ -381,8 +396,9 @@ def valid_types() -> list[str]:
 
 
 def import_head_class(path: str, where: str = "") -> type[BaseSimilarityHead]:
-    """The class at dotted `path`; it must subclass BaseSimilarityHead."""
-    module_name, _, cls_name = str(path).rpartition(".")
+    """The class at dotted `path` (`current_module_path` of it); it must subclass
+    BaseSimilarityHead or have seed 000's module interface."""
+    module_name, _, cls_name = current_module_path(str(path)).rpartition(".")
     if not module_name:
         raise ValueError(f"{where}module_path {path!r} is not a dotted path 'package.module.Class'")
     try:
@@ -403,7 +419,7 @@ def import_head_class(path: str, where: str = "") -> type[BaseSimilarityHead]:
             return adapted
     raise ValueError(
         f"{where}module_path {path!r} is not a subclass of kt_lib.heads."
-        "similarity.BaseSimilarityHead; custom heads must subclass it, or have seed 000's module "
+        "inter.BaseSimilarityHead; custom heads must subclass it, or have seed 000's module "
         "interface (an nn.Module with build_memory_bank, compute_similarity, forward(hq, hs))"
     )
 

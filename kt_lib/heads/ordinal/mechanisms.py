@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..nn import MultiHeadAttention
-from .ordinal_base import (
+from ...nn import MultiHeadAttention
+from .base import (
     SHARPNESS,
     AttentionConfig,
     AttentionContext,

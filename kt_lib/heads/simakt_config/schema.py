@@ -3,8 +3,8 @@
 `SimilarityConfig` (Block 3's layout) holds `HeadConfig`s (type, influence weight,
 `TemporalConfig`, the head class's own parameter dataclass), a `MemoryConfig` (how banks are
 built) and an optional `InfluenceRule` (Example 4: weights chosen from the training set's size).
-Head classes are found through the registry in `kt_lib.heads.similarity_base` (never imported
-from the head modules); parsing lives in `kt_lib.heads.simakt_parse`, loading in
+Head classes are found through the registry in `kt_lib.heads.inter.base` (never imported
+from the head modules); parsing lives in `kt_lib.heads.simakt_config.parse`, loading in
 `kt_lib.heads.simakt_config`.
 """
 
@@ -15,11 +15,11 @@ import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..config import from_dict, require
-from ..memory.banks import KMEANS_N_INIT
-from ..memory.encoders import ENCODERS
-from ..memory.similarity import TEMPORAL_STRATEGIES
-from .similarity_base import (
+from ...config import from_dict, require
+from ...memory.banks import KMEANS_N_INIT
+from ...memory.encoders import ENCODERS
+from ...memory.temporal import TEMPORAL_STRATEGIES
+from ..inter.base import (
     CONTENT,
     SEED_TEMPORAL,
     SIMILARITY_HEADS,

@@ -25,16 +25,16 @@ import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from ..config import read_mapping
-from ..data.dataset import KTDataset
-from .ordinal import AttentionConfig
+from ...config import read_mapping
+from ...data.dataset import KTDataset
+from . import AttentionConfig
 
 SEED_MECHANISMS = ("ordinal_aware", "response_conditioned", "ordinal_pattern", "qwk_aligned")
 # seed 002's defaults for its constructor, factory and YAML: embed_dim 512, and when no
 # attention_config is given, AttentionConfig(embed_dim, n_cats, n_heads=8, dropout=0.1)
 SEED_DEFAULTS = {"d": 512, "K": 4}
 SEED_ATTENTION_DEFAULTS = {"n_heads": 8, "dropout": 0.1}
-CONFIG_DIR = Path(__file__).resolve().parents[1] / "configs" / "ordinal"
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "ordinal"
 SEED_CONFIG = CONFIG_DIR / "attention_config.yaml"  # seed 002's YAML example, verbatim
 
 _TRAIN_FIELDS = {"learning_rate": "lr", "batch_size": "batch_size", "epochs": "epochs"}

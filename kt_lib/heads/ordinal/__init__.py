@@ -25,7 +25,7 @@ activations (training with gradients only), and an opt-in `MechanismCache` retur
 output of a mechanism evaluated again on bitwise-equal inputs and parameters (evaluation only).
 """
 
-from .ordinal_base import (
+from .base import (
     FUSIONS,
     MECHANISMS,
     SHARPNESS,
@@ -39,14 +39,14 @@ from .ordinal_base import (
     past_mask,
     previous_response,
 )
-from .ordinal_mechanisms import (
+from .mechanisms import (
     HierarchicalOrdinalAttention,
     OrdinalAwareAttention,
     OrdinalPatternAttention,
     QWKAlignedAttention,
     ResponseConditionedRefinement,
 )
-from .ordinal_pipeline import (
+from .pipeline import (
     AttentionPipeline,
     MechanismCache,
     build_pipeline,

@@ -28,9 +28,9 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from ..config import require
-from ..memory.banks import KNNBank
-from .similarity_base import CLASS_ADAPTERS, BankBuild, BaseSimilarityHead, HeadContext, HeadSpec
+from ...config import require
+from ...memory.banks import KNNBank
+from .base import CLASS_ADAPTERS, BankBuild, BaseSimilarityHead, HeadContext, HeadSpec
 
 SEED_METHODS = ("build_memory_bank", "compute_similarity", "forward")
 ADAPTER_MEMORY_SIZE = 200  # students per fold handed to build_memory_bank (the seed's default)

@@ -7,9 +7,9 @@ A head receives its slice of Block 3's query projection (Q = W_Q hq) [B, L, Dh] 
 Block 3 scales it by the head's influence weight (0: the head is off and outputs zeros),
 concatenates it after the intra-student heads, then applies W_O. Data go one way: SimAKT takes
 Block 3's queries, `InterStudentHeads` returns the outputs and the maps, Block 3 takes the
-outputs. Heads are configured by `kt_lib.heads.simakt_schema.HeadConfig` (parsed by
-simakt_parse). The interface and registries live in similarity_base, the cluster and KNN heads in
-similarity_trajectory; this module holds the graph, attention, hybrid and DeepSet heads and
+outputs. Heads are configured by `kt_lib.heads.simakt_config.schema.HeadConfig` (parsed by
+simakt_config.parse). The interface and registries live in inter/base.py, the cluster and KNN heads
+in inter/trajectory.py; this module holds the graph, attention, hybrid and DeepSet heads and
 `InterStudentHeads`, and re-exports the rest.
 
 Registered types (`SIMILARITY_HEADS`): `cluster` (attention over K-means centroids, fixed
@@ -24,7 +24,7 @@ How a head scores its memory slots:
 - `content`: the query against projected memory keys with a registered metric (`METRICS`:
   cosine, dot, euclidean, learned).
 - cluster and KNN heads may instead compare the current student's states with the slots'
-  complete trajectories by a temporal strategy (`kt_lib.memory.similarity.TEMPORAL_STRATEGIES`:
+  complete trajectories by a temporal strategy (`kt_lib.memory.temporal.TEMPORAL_STRATEGIES`:
   prefix_aligned, position_weighted, multiscale, completion), every (row, step, slot) at once.
 - graph and attention heads accept `position_weighted`: a recency-weighted (decay_factor) mix
   over the current student's own past instead of the current step alone; the graph head adds
@@ -42,12 +42,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..config import from_dict, require
-from ..memory.banks import GraphBank, KNNBank
-from ..memory.similarity import TEMPORAL_STRATEGIES, decayed_mean_weights
-from .simakt_parse import parse_head
-from .simakt_schema import HeadConfig
-from .similarity_base import (
+from ...config import from_dict, require
+from ...memory.banks import GraphBank, KNNBank
+from ...memory.temporal import TEMPORAL_STRATEGIES, decayed_mean_weights
+from ..simakt_config.parse import parse_head
+from ..simakt_config.schema import HeadConfig
+from .base import (
     CONTENT,
     METRICS,
     SEED_MODULE_PATHS,
@@ -62,7 +62,7 @@ from .similarity_base import (
     import_head_class,
     valid_types,
 )
-from .similarity_trajectory import ClusterHead, ClusterParams, KNNHead, KNNParams
+from .trajectory import ClusterHead, ClusterParams, KNNHead, KNNParams
 
 __all__ = [
     "METRICS",
@@ -324,7 +324,7 @@ class DeepSetParams:
 
 
 class DeepSetSimilarity(BaseSimilarityHead):
-    """Example custom head (`module_path: kt_lib.heads.similarity.DeepSetSimilarity`).
+    """Example custom head (`module_path: kt_lib.heads.inter.DeepSetSimilarity`).
 
     A DeepSet summary of a diverse set of other students, rho([query, mean_s phi(enc_s)]).
     Deliberately not registered: it is reached through `type: custom`.

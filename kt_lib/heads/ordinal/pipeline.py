@@ -8,8 +8,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from ..nn.backend import choose as attention_backend
-from .ordinal_base import (
+from ...nn.backend import choose as attention_backend
+from .base import (
     FUSIONS,
     AttentionConfig,
     AttentionContext,

@@ -23,7 +23,7 @@ Accepted forms (YAML/JSON file, shipped preset name, or mapping), as the seed wr
   `similarity_approaches: {name: ...}`, `step_2_configurations: {name: ...}` and bare mappings
   of names to configs hold several: pick one with `name=` or `file.json:name`.
 Errors name the file (or "similarity") and the field. Temporal strategies: `content`, or a
-`kt_lib.memory.similarity.TEMPORAL_STRATEGIES` name; a temporal_config without `strategy`
+`kt_lib.memory.temporal.TEMPORAL_STRATEGIES` name; a temporal_config without `strategy`
 selects the seed's position_weighted, and so does a Step 1 config without temporal_config (the
 seed's Step 1 heads are position-weighted); a Step 2 head without temporal_config scores by
 content. Omitted temporal values are the seed's (decay_factor 0.95, future_weight 0.3).
@@ -35,9 +35,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from ..config import read_mapping, require
-from ..trust import refuse_untrusted_code
-from .simakt_parse import (
+from ...config import read_mapping, require
+from ...trust import refuse_untrusted_code
+from .parse import (
     STEP1_KEYS,
     STEP2_KEYS,
     check_influence_rule,
@@ -46,7 +46,7 @@ from .simakt_parse import (
     parse_step2,
     parse_temporal,
 )
-from .simakt_schema import (
+from .schema import (
     HeadConfig,
     InfluenceRule,
     MemoryConfig,
@@ -55,7 +55,7 @@ from .simakt_schema import (
     content_temporal,
 )
 
-PRESET_DIR = Path(__file__).resolve().parent.parent / "configs" / "simakt"
+PRESET_DIR = Path(__file__).resolve().parents[2] / "configs" / "simakt"
 WRAPPERS = ("similarity_config", "step_2_modular_config")  # one config inside
 COLLECTIONS = ("similarity_approaches", "step_2_configurations")  # several, by name
 LR_SCALINGS = ("none", "inverse_influence")

@@ -1,8 +1,8 @@
 """The ordinal attention interface (seed 002): config, context, mechanism base class, registry.
 
 Contract and causality rules: see kt_lib.heads.ordinal (the package's public face). The built-in
-mechanisms are in kt_lib.heads.ordinal_mechanisms, composition (pipelines, the evaluation cache)
-in kt_lib.heads.ordinal_pipeline.
+mechanisms are in kt_lib.heads.ordinal.mechanisms, composition (pipelines, the evaluation cache)
+in kt_lib.heads.ordinal.pipeline.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..config import from_dict, require
-from ..nn import Dropout, MultiHeadAttention, causal_mask
-from ..registry import Registry
+from ...config import from_dict, require
+from ...nn import Dropout, MultiHeadAttention, causal_mask
+from ...registry import Registry
 
 MECHANISMS: Registry = Registry("ordinal attention mechanism")
 FUSIONS = ("concat", "weighted", "mean", "gated")
