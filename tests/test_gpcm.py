@@ -1,4 +1,4 @@
-"""Seed 002's interface to the GPCM models (kt_lib.models.gpcm): constructors, (questions,
+"""Seed 002's interface to the GPCM models (kt_lib.models.gpcm_interface): constructors, (questions,
 responses) calls, padding, errors, the factory."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from kt_lib.heads.ordinal import (
     AttentionConfig,
 )
 from kt_lib.models import build_model
-from kt_lib.models.gpcm import (
+from kt_lib.models.gpcm_interface import (
     AttentionGPCM,
     ModularAttentionGPCM,
     create_attention_gpcm,
@@ -188,7 +188,7 @@ def test_factory_basic_and_errors():
 def test_seed_ordinal_yaml_training_section_is_checked(tmp_path, field, value, message):
     import yaml
 
-    from kt_lib.models.gpcm import load_seed_config
+    from kt_lib.models.gpcm_interface import load_seed_config
 
     raw = {"model": {"n_questions": 10, "n_responses": 4}, "training": {field: value}}
     path = tmp_path / "seed.yaml"

@@ -36,7 +36,7 @@ from kt_lib.heads.ordinal import (
 from kt_lib.heads.ordinal.config import CONFIG_DIR, SEED_CONFIG, read_seed_config
 from kt_lib.metrics import ordinal_confusion_matrix, ordinal_metrics, predict_category
 from kt_lib.models import build_model
-from kt_lib.models.gpcm import (
+from kt_lib.models.gpcm_interface import (
     ModularAttentionGPCM,
     create_attention_gpcm,
     create_model_from_config,

@@ -14,7 +14,7 @@ from kt_lib.heads.ordinal import (
     AttentionMechanism,
     AttentionRegistry,
 )
-from kt_lib.models.gpcm import ModularAttentionGPCM
+from kt_lib.models.gpcm_interface import ModularAttentionGPCM
 
 
 @pytest.fixture

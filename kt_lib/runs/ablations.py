@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..heads.ordinal import AttentionRegistry
 from ..heads.simakt_config import load_simakt_config
-from ..models.gpcm import SEED_MECHANISMS
+from ..models.gpcm_interface import SEED_MECHANISMS
 from ..registry import Registry
 from .spec import DEFAULT_PRESET
 

@@ -21,7 +21,7 @@ from ..data.dataset import BatchLoader, KTDataset
 from .common import attention_heatmap, panel_grid
 
 if TYPE_CHECKING:
-    from ..models.gpcm_model import GPCMModel
+    from ..models.attention_gpcm import GPCMModel
 
 # --- GPCM parameter recovery: the tables the plots below draw ----------------------------------
 

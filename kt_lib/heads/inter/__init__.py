@@ -12,8 +12,8 @@ Their configuration language is `kt_lib.heads.simakt_config`.
 
 from . import seed_adapter  # noqa: F401 -- registers the adapter of seed 000's module interface
 from .heads import (
+    DESIGN_MODULE_PATHS,
     METRICS,
-    SEED_MODULE_PATHS,
     SIMILARITY_HEADS,
     BankBuild,
     BaseSimilarityHead,
@@ -37,7 +37,7 @@ from .heads import (
 
 __all__ = [
     "METRICS",
-    "SEED_MODULE_PATHS",
+    "DESIGN_MODULE_PATHS",
     "SIMILARITY_HEADS",
     "BankBuild",
     "BaseSimilarityHead",

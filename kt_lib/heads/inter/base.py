@@ -49,13 +49,13 @@ METRICS: Registry = Registry("similarity metric")
 CONTENT = "content"  # strategy name: score the query against projected keys
 # seed 000's temporal values (its examples and classes: PositionWeightedSimilarity(decay_factor=
 # 0.95, future_weight=0.3)): TemporalConfig's defaults
-SEED_TEMPORAL: dict[str, Any] = {
+TEMPORAL_DEFAULTS: dict[str, Any] = {
     "decay_factor": 0.95,
     "future_weight": 0.3,
     "window_sizes": [10, 20, 50],
 }
 # seed 000 names custom modules that do not exist; the workbook ships the same ideas here
-SEED_MODULE_PATHS = {
+DESIGN_MODULE_PATHS = {
     "research.trajectory_similarity.DeepSetSimilarity": "kt_lib.heads.inter.DeepSetSimilarity"
 }
 # modules of the workbook that moved: configs and checkpoints written before still name them
@@ -72,7 +72,7 @@ def current_module_path(path: str) -> str:
     for old, new in MOVED_MODULES.items():
         if path.startswith(old):
             return new + path[len(old) :]
-    return SEED_MODULE_PATHS.get(path, path)
+    return DESIGN_MODULE_PATHS.get(path, path)
 
 
 @dataclass
@@ -181,7 +181,7 @@ class BaseSimilarityHead(nn.Module):
     temporal_strategies: ClassVar[tuple[str, ...]] = (CONTENT,)
     # parameters read under the content strategy only -> the value seed 000's example gives
     content_params: ClassVar[dict[str, Any]] = {}
-    # temporal_config values this head type takes where a config omits them (else SEED_TEMPORAL)
+    # temporal_config values this head type takes where a config omits them (else TEMPORAL_DEFAULTS)
     temporal_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, d_model: int, d_head: int, spec: HeadSpec, num_c: int):
@@ -232,7 +232,7 @@ class BaseSimilarityHead(nn.Module):
             fix = f"remove {key}" + (
                 f", or pick a strategy that reads it ({', '.join(readers)})" if readers else ""
             )
-            refuse_unread(key, given[key], SEED_TEMPORAL.get(key), strategy, why, fix, where)
+            refuse_unread(key, given[key], TEMPORAL_DEFAULTS.get(key), strategy, why, fix, where)
 
     @classmethod
     def check_content_params(cls, given: dict, strategy: str, where: str) -> None:

@@ -49,8 +49,8 @@ from ..simakt_config.parse import parse_head
 from ..simakt_config.schema import HeadConfig
 from .base import (
     CONTENT,
+    DESIGN_MODULE_PATHS,
     METRICS,
-    SEED_MODULE_PATHS,
     SIMILARITY_HEADS,
     BankBuild,
     BaseSimilarityHead,
@@ -66,7 +66,7 @@ from .trajectory import ClusterHead, ClusterParams, KNNHead, KNNParams
 
 __all__ = [
     "METRICS",
-    "SEED_MODULE_PATHS",
+    "DESIGN_MODULE_PATHS",
     "SIMILARITY_HEADS",
     "BankBuild",
     "BaseSimilarityHead",

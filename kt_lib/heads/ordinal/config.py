@@ -1,5 +1,6 @@
 """Seed 002's configuration for the ordinal models: its arguments and YAML format, resolved into
-the fields of the model configs (kt_lib.models.gpcm), beside the shipped configs and mechanisms.
+the fields of the model configs (kt_lib.models.attention_gpcm), beside the shipped configs and
+mechanisms.
 
 `seed_model_fields` maps the seed's constructor/factory arguments (n_questions, n_responses,
 embed_dim, attention_config, attention_mechanisms, fusion_method) to ModularGPCMConfig fields
@@ -16,7 +17,7 @@ silently dropped). Where each key goes:
     mixed_precision: true / false       -> TrainConfig precision "bf16" (autocast) / "fp32"
     gradient_checkpointing              -> the model config's gradient_checkpointing
 `read_seed_config` reads a file into a `SeedFile`, whose `model_fields` gives the registry name and
-config fields; `kt_lib.models.gpcm.load_seed_config` validates them into the model config.
+config fields; `kt_lib.models.gpcm_interface.load_seed_config` validates them into the model config.
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ class SeedFile:
 def read_seed_config(source: str | Path | dict) -> SeedFile:
     """Read seed 002's YAML (or the same as a dict): unknown sections/keys and wrong training
     values raise ValueError naming the file and the key. Model fields are checked when the model
-    config is built (`kt_lib.models.gpcm.load_seed_config`), with the file named there too."""
+    config is built (`kt_lib.models.gpcm_interface.load_seed_config`), with the file named there
+    too."""
     where = "seed config" if isinstance(source, dict) else str(source)
     raw = dict(source) if isinstance(source, dict) else read_mapping(source)
     unknown = sorted(set(raw) - set(SECTIONS))

@@ -21,8 +21,8 @@ from ...memory.encoders import ENCODERS
 from ...memory.temporal import TEMPORAL_STRATEGIES
 from ..inter.base import (
     CONTENT,
-    SEED_TEMPORAL,
     SIMILARITY_HEADS,
+    TEMPORAL_DEFAULTS,
     HybridParams,
     head_class_of,
 )
@@ -36,9 +36,9 @@ class TemporalConfig:
     (seed 000, "Temporal Mismatch Handling"; the seed's temporal_config)."""
 
     strategy: str = "position_weighted"  # content or a TEMPORAL_STRATEGIES name (seed: strategy 2)
-    decay_factor: float = SEED_TEMPORAL["decay_factor"]  # decay per step of distance, (0, 1]
-    future_weight: float = SEED_TEMPORAL["future_weight"]  # memory's later steps, [0, 1]
-    window_sizes: list[int] = field(default_factory=lambda: list(SEED_TEMPORAL["window_sizes"]))
+    decay_factor: float = TEMPORAL_DEFAULTS["decay_factor"]  # decay per step of distance, (0, 1]
+    future_weight: float = TEMPORAL_DEFAULTS["future_weight"]  # memory's later steps, [0, 1]
+    window_sizes: list[int] = field(default_factory=lambda: list(TEMPORAL_DEFAULTS["window_sizes"]))
 
     def validate(self) -> None:
         valid = [CONTENT, *TEMPORAL_STRATEGIES.names()]

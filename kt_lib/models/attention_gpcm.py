@@ -21,7 +21,7 @@ With K = 2 the GPCM layer is a 2PL model, so both also run on binary data.
 
 The registry models (`build_model(name, config)`, `forward(batch) -> ModelOutput`) live here;
 seed 002's interface (`AttentionGPCM(n_questions, ...)`, `model(questions, responses)`) is the
-thin adapter layer in kt_lib.models.gpcm.
+thin adapter layer in kt_lib.models.gpcm_interface.
 
 Deliberate deviations from seed 002 (its code leaks the future or is unsound):
 - every mechanism is causal (kt_lib.heads.ordinal): step t reads responses < t only, so step 0's

@@ -2,7 +2,7 @@
 
 The models themselves (`GPCMConfig`, `ModularGPCMConfig`, the registry's `GPCMModel`
 "attention_gpcm" and `ModularGPCMModel` "modular_attention_gpcm") live in
-kt_lib.models.gpcm_model. Here, as kt_lib.models.sakt's `SAKT` does for seed 004:
+kt_lib.models.attention_gpcm. Here, as kt_lib.models.sakt's `SAKT` does for seed 004:
 `AttentionGPCM(n_questions, n_responses=4, embed_dim=512, **config_fields)` and
 `ModularAttentionGPCM(n_questions, n_responses, embed_dim, attention_config,
 attention_mechanisms, fusion_method)` (or either with a config), `model(questions, responses,
@@ -23,8 +23,7 @@ from ..config import from_dict
 from ..data.dataset import Batch, KTDataset
 from ..heads.ordinal import AttentionConfig
 from ..heads.ordinal.config import SEED_MECHANISMS, read_seed_config, seed_model_fields
-from .base import MODELS, ModelOutput
-from .gpcm_model import (
+from .attention_gpcm import (
     CausalRefinement,
     GPCMConfig,
     GPCMModel,
@@ -32,6 +31,7 @@ from .gpcm_model import (
     ModularGPCMModel,
     PipelineEncoder,
 )
+from .base import MODELS, ModelOutput
 
 __all__ = [
     "SEED_MECHANISMS",
