@@ -66,6 +66,7 @@ PUBLISHED: tuple[PublishedResult, ...] = (
             ("dkvmn", 0.7227),
             ("sparsekt_soft", 0.7379),
             ("sparsekt_topk", 0.7502),
+            ("sparsekt_topk_pykt", 0.7502),  # the same figure: pyKT's second softmax
             ("atkt", 0.7245),
             ("atkt_pykt", 0.7245),  # the same figure: our ATKT at pyKT's sizes
             ("deep_irt", 0.7219),

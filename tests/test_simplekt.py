@@ -72,6 +72,32 @@ def test_sparse_attention_matches_a_loop(selection, k, ratio):
         assert ((a * (w > 0)).sum(-1) >= ratio - 1e-12)[readable > 0].all()
 
 
+@pytest.mark.parametrize("selection, k, ratio", [("topk", 3, 0.0), ("soft", 0, 0.6)])
+def test_pykt_reweighting_is_a_second_softmax_over_the_kept_probabilities(selection, k, ratio):
+    """reweight "softmax" (pyKT's sparsekt.py): exp(a) / sum exp(a) over the kept keys, in the
+    rows where the selection drops keys (top-k: more than k readable keys; soft: every row)."""
+    q, kk, v, mask = _heads()
+    out, w = reference.sparse_attention(q, kk, v, mask, selection, k, ratio, reweight="softmax")
+    plain, _ = reference.sparse_attention(q, kk, v, mask, selection, k, ratio)
+    a = reference.masked_softmax(q @ kk.transpose(-2, -1) / 2.0, mask.expand(2, 3, 9, 9))
+    kept = loop_sparse_weights(a, mask.expand_as(a), selection, k, ratio) > 0
+    readable = mask.expand_as(a).sum(-1)
+    for idx in torch.nonzero(readable > 0).tolist():
+        row, keep = a[tuple(idx)], kept[tuple(idx)]
+        want = torch.zeros_like(row)
+        if selection == "topk" and readable[tuple(idx)] <= k:
+            want[keep] = row[keep] / row[keep].sum()  # nothing dropped: pyKT keeps the softmax
+        else:
+            want[keep] = row[keep].exp() / row[keep].exp().sum()
+        torch.testing.assert_close(w[tuple(idx)], want)
+    torch.testing.assert_close(out, w @ v)
+    flat = readable > (k if selection == "topk" else 1)
+    spread = lambda x: (x.amax(-1) - x.masked_fill(x == 0, 2).amin(-1))[flat]  # noqa: E731
+    assert (spread(w) <= spread(plain) + 1e-12).all()  # the second softmax flattens
+    with pytest.raises(ValueError, match="reweight must be"):
+        reference.sparse_attention(q, kk, v, mask, selection, k, ratio, reweight="max")
+
+
 def test_sparse_selection_ties_are_deterministic():
     a = torch.full((1, 6), 0.25)
     mask = torch.tensor([[True, False, True, True, True, False]])
@@ -227,7 +253,15 @@ def test_sparsekt_is_simplekt_with_another_attention():
         )
 
 
-@pytest.mark.parametrize("kw", [{"selection": "soft", "ratio": 0.6}, {"selection": "topk", "k": 3}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"selection": "soft", "ratio": 0.6},
+        {"selection": "topk", "k": 3},
+        {"selection": "topk", "k": 3, "reweight": "softmax"},
+        {"selection": "soft", "ratio": 0.6, "reweight": "softmax"},
+    ],
+)
 def test_sparsekt_causal_and_aligned(kw):
     torch.manual_seed(0)
     model = build_model("sparsekt", preset="tiny", num_c=NUM_C, num_pid=NUM_PID, **kw)
@@ -245,8 +279,13 @@ def test_sparsekt_presets_and_checks():
     assert sum(p.numel() for p in paper.parameters()) == 883_457  # selection adds no weights
     soft = build_model("sparsekt", preset="soft", num_c=100).config
     assert (soft.selection, soft.ratio) == ("soft", 0.8)
+    assert (c.reweight, build_model("sparsekt", preset="pykt", num_c=9).config.reweight) == (
+        "renormalise",
+        "softmax",
+    )
     for kw, msg in (
         ({"selection": "max"}, "selection must be one of"),
+        ({"reweight": "sum"}, "reweight must be one of"),
         ({"k": 0}, "k must be >= 1"),
         ({"ratio": 0.0}, r"ratio must be in \(0, 1\]"),
         ({"ratio": 1.5}, r"ratio must be in \(0, 1\]"),

@@ -10,7 +10,8 @@ simpleKT (kt_lib.models.simplekt) with every block's attention weights made spar
 simpleKT's step t reads: the selection ranks readable keys (s < t) only.
 Deviations from pyKT's sparsekt.py (the authors' code), besides simpleKT's:
 - kept weights are renormalised (the softmax of the kept scores); pyKT applies a second softmax
-  to the kept *probabilities*, which makes the kept weights nearly uniform;
+  to the kept *probabilities*, which makes the kept weights nearly uniform (`reweight:
+  softmax`, the `pykt` preset, reproduces it);
 - ties: pyKT keeps every key tied with the k-th weight (top-k) and drops every key tied with the
   first one dropped (soft); here a stable sort keeps exactly k keys / the exact prefix.
 """
@@ -23,7 +24,7 @@ import torch
 from torch import nn
 
 from ..config import require
-from ..nn.sparse import SELECTIONS, sparse_attend
+from ..nn.sparse import REWEIGHTS, SELECTIONS, sparse_attend
 from .base import register
 from .simplekt import PAPER_SIZES, SharedQKAttention, SimpleKT, SimpleKTConfig
 
@@ -35,6 +36,7 @@ class SparseKTConfig(SimpleKTConfig):
     selection: str = "topk"  # "topk": the k largest weights; "soft": the fewest reaching `ratio`
     k: int = 5  # top-k: keys kept per query (pyKT's k_index)
     ratio: float = 0.8  # soft: weight the kept keys reach (pyKT's sparse_ratio)
+    reweight: str = "renormalise"  # kept weights: renormalised, or pyKT's "softmax" of them
 
     PRESETS = {
         "tiny": {**SimpleKTConfig.PRESETS["tiny"], "k": 2},
@@ -42,12 +44,19 @@ class SparseKTConfig(SimpleKTConfig):
         # defaults: k_index=5, sparse_ratio=0.8 (kt_config.json has no sparsekt entry)
         "paper": {**PAPER_SIZES, "selection": "topk", "k": 5},
         "soft": {**PAPER_SIZES, "selection": "soft", "ratio": 0.8},
-        "pykt": {**PAPER_SIZES, "selection": "topk", "k": 5, "vector_difficulty": True},
+        "pykt": {
+            **PAPER_SIZES,
+            "selection": "topk",
+            "k": 5,
+            "vector_difficulty": True,
+            "reweight": "softmax",
+        },
     }
 
     def validate(self) -> None:
         super().validate()
         require(self.selection in SELECTIONS, f"selection must be one of {SELECTIONS}")
+        require(self.reweight in REWEIGHTS, f"reweight must be one of {REWEIGHTS}")
         require(self.k >= 1, f"k must be >= 1, got {self.k}")
         require(0 < self.ratio <= 1, f"ratio must be in (0, 1], got {self.ratio}")
 
@@ -55,9 +64,18 @@ class SparseKTConfig(SimpleKTConfig):
 class SparseAttention(SharedQKAttention):
     """simpleKT's attention with k-sparse weights."""
 
-    def __init__(self, d: int, n_heads: int, dropout: float, selection: str, k: int, ratio: float):
+    def __init__(
+        self,
+        d: int,
+        n_heads: int,
+        dropout: float,
+        selection: str,
+        k: int,
+        ratio: float,
+        reweight: str = "renormalise",
+    ):
         super().__init__(d, n_heads, dropout)
-        self.selection, self.k, self.ratio = selection, k, ratio
+        self.selection, self.k, self.ratio, self.reweight = selection, k, ratio, reweight
 
     def weigh(
         self,
@@ -69,7 +87,7 @@ class SparseAttention(SharedQKAttention):
         need_weights: bool,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         return sparse_attend(
-            q, k, v, mask, self.selection, self.k, self.ratio, dropout, need_weights
+            q, k, v, mask, self.selection, self.k, self.ratio, dropout, need_weights, self.reweight
         )
 
 
@@ -81,4 +99,4 @@ class SparseKT(SimpleKT):
 
     def attention(self) -> nn.Module:
         c = self.config
-        return SparseAttention(c.d, c.n_heads, c.dropout, c.selection, c.k, c.ratio)
+        return SparseAttention(c.d, c.n_heads, c.dropout, c.selection, c.k, c.ratio, c.reweight)

@@ -106,7 +106,10 @@ def slot(r, v, gamma, mask):
 #   top-k:  keep the k readable keys of largest a_ij (every readable key when there are <= k);
 #   soft:   sort the readable keys by a_ij, largest first; keep the shortest prefix whose sum
 #           reaches `ratio` (the keys before the one that crosses it, and that one);
-#   w_ij  = a_ij / sum_{kept j'} a_ij' on kept keys, 0 elsewhere (= softmax of s_ij over kept).
+#   w_ij  = a_ij / sum_{kept j'} a_ij' on kept keys, 0 elsewhere (= softmax of s_ij over kept);
+#   or, reweight "softmax" (pyKT's sparsekt.py): w_ij = exp(a_ij) / sum_{kept j'} exp(a_ij'), a
+#   second softmax over the kept *probabilities* (nearly uniform, as a_ij <= 1), in the rows where
+#   the selection drops a key (top-k: rows with more than k readable keys; soft: every row).
 # Ties: a stable sort, so of equal weights the earlier key ranks first. Unreadable keys rank
 # after every readable one and add 0 to the sums: the selection reads readable keys only. The
 # selection is a mask (no gradient); gradients flow through the kept weights.
@@ -137,12 +140,22 @@ def threshold_keep(a: torch.Tensor, mask: torch.Tensor, ratio: float) -> torch.T
 
 
 def sparse_attention(
-    q, k, v, mask, selection: str, k_top: int, ratio: float, dropout: float = 0.0, keep=None
+    q,
+    k,
+    v,
+    mask,
+    selection: str,
+    k_top: int,
+    ratio: float,
+    dropout: float = 0.0,
+    keep=None,
+    reweight: str = "renormalise",
 ):
     """k-sparse attention -> (out [B, H, L, Dh], weights [B, H, L, S] before dropout).
 
     `selection` is "topk" (keep `k_top` keys) or "soft" (keep weight `ratio`); `mask` bool,
-    broadcastable to [B, H, L, S] (None: every key)."""
+    broadcastable to [B, H, L, S] (None: every key); `reweight` "renormalise" or "softmax"
+    (pyKT's second softmax over the kept probabilities)."""
     scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
     mask = torch.ones_like(scores, dtype=torch.bool) if mask is None else mask.expand_as(scores)
     a = masked_softmax(scores, mask)
@@ -153,6 +166,15 @@ def sparse_attention(
     else:
         raise ValueError(f"selection must be 'topk' or 'soft', got {selection!r}")
     w = masked_softmax(scores, kept)
+    if reweight == "softmax":
+        second = masked_softmax(a, kept)
+        w = (
+            torch.where(mask.sum(-1, keepdim=True) > k_top, second, w)
+            if selection == "topk"
+            else second
+        )
+    elif reweight != "renormalise":
+        raise ValueError(f"reweight must be 'renormalise' or 'softmax', got {reweight!r}")
     return dropped(w, dropout, keep) @ v, w
 
 

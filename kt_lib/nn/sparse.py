@@ -13,6 +13,7 @@ import torch
 from . import reference
 
 SELECTIONS = ("topk", "soft")
+REWEIGHTS = ("renormalise", "softmax")
 
 
 def sparse_attend(
@@ -25,6 +26,7 @@ def sparse_attend(
     ratio: float,
     dropout: float = 0.0,
     need_weights: bool = False,
+    reweight: str = "renormalise",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """k-sparse attention on heads q [B, H, L, Dh], k/v [B, H, S, Dh], bool mask broadcastable
     to [B, H, L, S] -> (out [B, H, L, Dh], weights before dropout if asked); rows with no
@@ -34,5 +36,7 @@ def sparse_attend(
         q, k, v = q.float(), k.float(), v.float()
     if mask is not None:
         mask = mask.to(torch.bool)
-    out, w = reference.sparse_attention(q, k, v, mask, selection, k_top, ratio, dropout)
+    out, w = reference.sparse_attention(
+        q, k, v, mask, selection, k_top, ratio, dropout, reweight=reweight
+    )
     return out.to(dtype), (w.detach() if need_weights else None)

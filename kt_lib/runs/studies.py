@@ -150,6 +150,8 @@ A15, STATICS = ("assist2015", "pykt"), ("statics2011", "line3")
 _BASELINE_VARIANTS = {
     "sparsekt_topk": {"model": "sparsekt", "selection": "topk", "k": 5},
     "sparsekt_soft": {"model": "sparsekt", "selection": "soft", "ratio": 0.8},
+    # pyKT's sparsekt.py reweights the kept keys by a second softmax of their probabilities
+    "sparsekt_topk_pykt": {"model": "sparsekt", "selection": "topk", "k": 5, "reweight": "softmax"},
     # ATKT at pyKT's sizes (kt_config.json: 80/80/80, dropout 0.2) beside the authors' sizes
     "atkt_pykt": {
         "model": "atkt",
@@ -168,6 +170,7 @@ SKILL_BASELINES = (
     "atkt_pykt",
     "sparsekt_topk",
     "sparsekt_soft",
+    "sparsekt_topk_pykt",
     "skvmn",
     "saint",
     "folibikt",
