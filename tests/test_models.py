@@ -11,7 +11,7 @@ import torch
 from kt_lib.audit import audit_alignment, audit_causality, random_batch
 from kt_lib.checkpoint import load_model, save_model
 from kt_lib.models import MODELS, build_model, list_models
-from kt_lib.models.sakt import SAKT, SeedRangeWarning
+from kt_lib.models.sakt_interface import SAKT, SeedRangeWarning
 from tests.conftest import make_tiny_dataset
 
 NUM_C, NUM_PID = 12, 36
