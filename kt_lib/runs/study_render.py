@@ -1,0 +1,104 @@
+"""A study's block for the README and docs/, from its results file alone (`kt study render`):
+per (dataset, model) the headline metrics beside the published figures, then the study's pairs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from ..published import PUBLISHED, PYKT_PAPER
+from .results import load_results
+from .stats import compare_pairs, pairs_markdown
+from .tables import mean_std, to_markdown
+
+if TYPE_CHECKING:
+    from .studies import Study
+
+
+def render(study: Study, path: str | Path | None = None) -> str:
+    """The README's block for a study, from its results file alone: per (dataset, model) the
+    test AUC (mean ± std over runs), runs, mean best epoch and training seconds, the device;
+    then each of the study's pairs per dataset and pooled over datasets (paired by dataset,
+    fold and seed; kt_lib.runs.stats). `kt study render NAME` prints it."""
+    path = Path(path or study.path)
+    if not path.exists():
+        return f"No finished run yet (`kt study status {study.name}`).\n"
+    runs = load_results(path)
+    if "error" in runs:
+        runs = runs[runs["error"].isna()]
+    metrics = [m for m in ("test_auc", "test_qwk") if m in runs]  # ordinal K > 2: no AUC
+    shown = metrics + [m for m in ORDINAL_SHOWN if "test_qwk" in runs and m in runs]
+    g = runs.groupby(["dataset", "model"], sort=False)
+    rows = []
+    for (dataset, model), part in g:
+        row = {"dataset": dataset, "model": model}
+        for m in shown:
+            v = part[m].dropna()
+            row[m] = mean_std(v, digits=3 if m in ORDINAL_SHOWN else 4)
+        if study.published:
+            row["published"] = published_figures(dataset, model)
+            pykt = [
+                x.auc
+                for x in PUBLISHED
+                if (x.dataset, x.model, x.source) == (dataset, model, PYKT_PAPER)
+            ]
+            v = part["test_auc"].dropna()
+            row["ours - pyKT"] = f"{v.mean() - pykt[0]:+.4f}" if pykt and len(v) else "-"
+        row.update(
+            runs=len(part),
+            best_epoch=f"{part['best_epoch'].mean():.1f}",
+            train_s=f"{part['train_seconds'].mean():.0f}",
+            device=_devices(part),
+        )
+        if study.breakdown:
+            for col in BREAKDOWN:
+                v = part[f"test_auc@{col}"].dropna() if f"test_auc@{col}" in part else []
+                row[f"auc {col}"] = f"{v.mean():.4f}" if len(v) else "-"
+        rows.append(row)
+    out = [to_markdown(pd.DataFrame(rows), index=False)]
+    if len(shown) > len(metrics):
+        out.append(
+            "Ordinal columns: `test_acc` exact category (seed 002's ordinal accuracy), `test_mae` "
+            "in categories, `test_spearman` rank correlation of the expected category with the "
+            "true one, `test_macro_f1` over categories, `test_auc_ge1` the pass/fail AUC of "
+            'P(Y >= 1) ("-": runs recorded before the metric existed).'
+        )
+    if study.breakdown:
+        out.append(
+            "`auc posA-B`: per-question test AUC of the steps at positions A-B of the student's "
+            "log (windows of 200: a step after 200 is predicted from its own window)."
+        )
+    present = set(runs["model"])
+    pairs = [p for p in study.pairs if set(p) <= present]  # a filling study: the cells so far
+    for m in metrics:
+        if pairs:
+            per = compare_pairs(runs, pairs, metric=m, per="dataset")
+            out += [f"Paired, per dataset ({m}):", pairs_markdown(per)]
+            if runs["dataset"].nunique() > 1:
+                pooled = compare_pairs(runs, pairs, metric=m)
+                out += [f"Paired, pooled over datasets ({m}):", pairs_markdown(pooled)]
+    hours = runs["wall_seconds"].sum() / 3600
+    out.append(f"{len(runs)} runs; their wall times add up to {hours:.2f} h.")
+    return "\n\n".join(x.strip() for x in out) + "\n"
+
+
+ORDINAL_SHOWN = ("test_acc", "test_mae", "test_spearman", "test_macro_f1", "test_auc_ge1")
+BREAKDOWN = ("pos1-10", "pos11-50", "pos51-200", "pos201+")
+
+
+def _devices(part: pd.DataFrame) -> str:
+    """The devices of a cell's runs; a cell mixing devices says so (its spread mixes them)."""
+    names = sorted(set(part["device_name"].astype(str)))
+    return ", ".join(names) if len(names) == 1 else "MIXED: " + ", ".join(names)
+
+
+def published_figures(dataset: str, model: str) -> str:
+    """The published test AUCs of (dataset, model), each with its source's short name."""
+    found = [
+        f"{p.auc:.4f} ({'pyKT' if p.source == PYKT_PAPER else 'DKVMN paper'})"
+        for p in PUBLISHED
+        if p.dataset == dataset and p.model == model
+    ]
+    return "; ".join(found) or "-"
