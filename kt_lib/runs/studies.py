@@ -258,7 +258,7 @@ STUDIES = {
             parts=(
                 Part(
                     (("oulad_k5", "pykt"), ("oulad_k4", "pykt")),
-                    ("dkt_gpcm", "attention_gpcm", "modular_attention_gpcm"),
+                    ("dkt_gpcm", "attention_gpcm", "modular_attention_gpcm", "gpcm_irt"),
                 ),
                 Part((("oulad_k2", "pykt"),), ("dkt", "akt")),
                 Part((("oulad_k5", "pykt"), ("oulad_k4", "pykt")), tuple(_MECHANISMS_ALONE)),
@@ -267,6 +267,7 @@ STUDIES = {
             pairs=(
                 ("modular_attention_gpcm", "attention_gpcm"),
                 ("attention_gpcm", "dkt_gpcm"),
+                ("dkt_gpcm", "gpcm_irt"),
                 *((m, "attention_gpcm") for m in _MECHANISMS_ALONE),
             ),
             folds=5,
