@@ -98,3 +98,23 @@ def test_the_space_contains_seed_000s_ranges_and_shrinks_to_the_bank():
     # small data: the bank size is still clamped to what a fold of the students can fill
     space = small_space(60)
     assert space["memory_size"].high == 20 and space["memory_size"].low <= 8
+
+
+def test_the_ordinal_models_are_searched_over_their_own_fields():
+    """Seed 002's phase 2: distance_penalty, window size, fusion, lr and embedding size for
+    ModularAttentionGPCM, lr and size alone where a model has no mechanisms; trials maximise
+    the validation QWK and their settings reach the model."""
+    from kt_lib.runs.search import ORDINAL_SPACE, ordinal_space, run_ordinal_study
+
+    assert set(ordinal_space("modular_attention_gpcm")) == set(ORDINAL_SPACE)
+    assert set(ordinal_space("attention_gpcm")) == {"lr", "d"}
+    assert set(ordinal_space("dkt_gpcm")) == {"lr", "d"}
+    ordinal = load_bundle(None, "synthetic", num_students=60, seq_len=16, num_c=4, K=4)
+    cfg = TrainConfig(epochs=1, max_len=16, batch_size=16, lr=1e-2, progress=False)
+    study = run_ordinal_study(ordinal, "modular_attention_gpcm", n_trials=2, train_config=cfg,
+                              model_preset="tiny")  # fmt: skip
+    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 2 and all(-1 <= t.value <= 1 for t in done)  # QWK
+    for t in done:
+        assert t.params["fusion"] in ORDINAL_SPACE["fusion"].choices
+        assert 0.0 <= t.params["distance_penalty"] <= 2.0 and 2 <= t.params["window_size"] <= 7

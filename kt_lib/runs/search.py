@@ -1,4 +1,5 @@
-"""Hyperparameter search over SimAKT's typed configuration with Optuna (seed 000, phase 4).
+"""Hyperparameter search with Optuna: SimAKT's typed configuration (seed 000, phase 4) and the
+ordinal models' fields (seed 002, phase 2: `ORDINAL_SPACE`, `run_ordinal_study`).
 
 A trial draws settings from a search space (`SIMAKT_SPACE`: influence weights, bank sizes,
 future_weight, decay_factor, learning rate; `preset_space` keeps those the preset's heads
@@ -19,6 +20,7 @@ Optuna samples, prunes and stores; this module only states the space and the obj
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -26,6 +28,7 @@ import pandas as pd
 
 from ..heads.inter.trajectory import SEED_MEMORY_SIZE
 from ..heads.simakt_config import load_simakt_config
+from ..models import MODELS
 from ..train import TrainConfig
 from .ablations import simakt_similarity
 from .experiment import Splits, run_experiment
@@ -107,6 +110,57 @@ def simakt_overrides(settings: dict, preset: str = "position_weighted_dual") -> 
     return {"similarity": simakt_similarity(preset, **changes)}
 
 
+def _optimise(
+    make_spec,
+    bundle,
+    space: dict[str, Dim],
+    metric: str,
+    n_trials: int,
+    storage: str | None,
+    study_name: str,
+    seed: int,
+    n_jobs: int,
+    pruner,
+    timeout: float | None,
+    progress: bool,
+):
+    """An Optuna study maximising the validation `metric` of `make_spec(settings)`'s run on
+    `bundle` (train/valid; test is not read), reported per epoch to the pruner."""
+    import optuna
+
+    def objective(trial) -> float:
+        settings = trial_settings(trial, space)
+
+        def report(epoch: int, row: dict) -> None:
+            trial.report(row[f"valid_{metric}"], epoch)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+
+        res = run_experiment(
+            make_spec(settings), Splits(bundle.train, bundle.valid, None), on_epoch=report
+        )
+        trial.set_user_attr("best_epoch", res.best_epoch)
+        return res.valid.get(metric, math.nan)
+
+    study = optuna.create_study(
+        study_name=study_name,
+        storage=storage,
+        load_if_exists=storage is not None,
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=seed),
+        pruner=pruner or optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1),
+    )
+    study.optimize(  # a trial whose settings a model cannot take fails alone (state FAIL)
+        objective,
+        n_trials=n_trials,
+        n_jobs=n_jobs,
+        timeout=timeout,
+        show_progress_bar=progress,
+        catch=(ValueError,),
+    )
+    return study
+
+
 def run_study(
     bundle,
     n_trials: int = 20,
@@ -128,44 +182,62 @@ def run_study(
     study of that name is resumed (`load_if_exists`). The sampler is seeded (TPE), so a study
     with n_jobs=1 repeats. Returns the `optuna.Study`.
     """
-    import optuna
-
     space = preset_space(space or small_space(len(bundle.train)), similarity)
     base = train_config or TrainConfig(progress=False)
 
-    def objective(trial) -> float:
-        settings = trial_settings(trial, space)
+    def make_spec(settings: dict) -> RunSpec:
         cfg = TrainConfig(**{**base.__dict__, "lr": settings.get("lr", base.lr)})
-
-        def report(epoch: int, row: dict) -> None:
-            trial.report(row["valid_auc"], epoch)
-            if trial.should_prune():
-                raise optuna.TrialPruned()
-
-        spec = RunSpec("simakt", model_preset, simakt_overrides(settings, similarity), seed=seed,
+        return RunSpec("simakt", model_preset, simakt_overrides(settings, similarity), seed=seed,
                        train=cfg)  # fmt: skip
-        res = run_experiment(spec, Splits(bundle.train, bundle.valid, None), on_epoch=report)
-        auc = res.valid.get("auc", math.nan)
-        trial.set_user_attr("best_epoch", res.best_epoch)
-        return auc
 
-    study = optuna.create_study(
-        study_name=study_name,
-        storage=storage,
-        load_if_exists=storage is not None,
-        direction="maximize",
-        sampler=optuna.samplers.TPESampler(seed=seed),
-        pruner=pruner or optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1),
-    )
-    study.optimize(  # a trial whose settings a bank cannot hold fails alone (state FAIL)
-        objective,
-        n_trials=n_trials,
-        n_jobs=n_jobs,
-        timeout=timeout,
-        show_progress_bar=progress,
-        catch=(ValueError,),
-    )
-    return study
+    return _optimise(make_spec, bundle, space, "auc", n_trials, storage, study_name, seed,
+                     n_jobs, pruner, timeout, progress)  # fmt: skip
+
+
+# Seed 002's phase 2: the ordinal models' settings (fields of their configs, and "lr"). The
+# mechanism settings exist on ModularAttentionGPCM only; `ordinal_space` keeps a model's own.
+ORDINAL_SPACE: dict[str, Dim] = {
+    "lr": Dim(1e-4, 3e-3, log=True),
+    "d": Dim(kind="choice", choices=(32, 64, 128)),  # embedding size (4 heads divide each)
+    "distance_penalty": Dim(0.0, 2.0),  # ordinal_aware's penalty per category of distance
+    "window_size": Dim(2, 7, kind="int"),  # ordinal_pattern's causal window
+    # "gated" fuses exactly two mechanisms: not a choice for the seed's four
+    "fusion": Dim(kind="choice", choices=("concat", "weighted", "mean")),
+}
+
+
+def ordinal_space(model: str, space: dict[str, Dim] | None = None) -> dict[str, Dim]:
+    """`space` (default ORDINAL_SPACE) cut to the settings `model`'s config has, and lr."""
+    fields = {f.name for f in dataclasses.fields(MODELS[model].config_cls)}
+    return {k: v for k, v in (space or ORDINAL_SPACE).items() if k == "lr" or k in fields}
+
+
+def run_ordinal_study(
+    bundle,
+    model: str = "modular_attention_gpcm",
+    n_trials: int = 20,
+    train_config: TrainConfig | None = None,
+    model_preset: str = DEFAULT_PRESET,
+    space: dict[str, Dim] | None = None,
+    storage: str | None = None,
+    study_name: str | None = None,
+    seed: int = 0,
+    n_jobs: int = 1,
+    pruner=None,
+    timeout: float | None = None,
+    progress: bool = False,
+):
+    """Optimise an ordinal model's validation QWK on `bundle` (train/valid) over
+    `ordinal_space(model, space)`; as `run_study` otherwise. `best_params` are its fields."""
+    base = train_config or TrainConfig(progress=False)
+
+    def make_spec(settings: dict) -> RunSpec:
+        cfg = TrainConfig(**{**base.__dict__, "lr": settings.get("lr", base.lr)})
+        fields = {k: v for k, v in settings.items() if k != "lr"}
+        return RunSpec(model, model_preset, fields, seed=seed, train=cfg)
+
+    return _optimise(make_spec, bundle, ordinal_space(model, space), "qwk", n_trials, storage,
+                     study_name or model, seed, n_jobs, pruner, timeout, progress)  # fmt: skip
 
 
 def trials_frame(study) -> pd.DataFrame:
