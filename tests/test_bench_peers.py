@@ -154,7 +154,8 @@ def test_training_loss_runs_for_every_wheel_model_in_the_table():
 @needs_pykt
 def test_smoke_end_to_end(tmp_path):
     out = tmp_path / "peers.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # pykt's too
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
     cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_peers.py"), "--models", "dkt"]
     cmd += ["qdkt", "cl4kt", "--batch", "8", "--len", "50", "--repeats", "2", "--out", str(out)]
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
