@@ -57,7 +57,17 @@ def setting(device: str, prec: str, backend: str | None, b: int, n: int) -> dict
         out["gpu"] = torch.cuda.get_device_name(device)
     else:
         out["threads"] = torch.get_num_threads()
+        out["cpu"] = cpu_model()
     return out
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name (/proc/cpuinfo, Linux), or None: CPU timings differ by machine."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return None
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
 
 
 def parse_sets(overrides: list[str] | None) -> dict:

@@ -4,12 +4,16 @@
     python benchmarks/bench_peers.py [--models dkt sakt akt] [--repeats 7] [--out FILE.json]
     python benchmarks/bench_peers.py --device cuda [--precision bf16] [--backend cuda]
     python benchmarks/bench_peers.py --batch 8 --len 50 --repeats 2    # smoke test
+    python benchmarks/bench_peers.py --pykt-src CHECKOUT/pykt/models [--src-label LABEL]
 
 The models: benchmarks/peer_zoo.py's SHARED table (our registry name -> pyKT's model, pyKT's
 constructor sizes read from our `paper` preset where both have the size, kt_config.json's
 otherwise). A model of ours not registered, or whose pyKT model the installed wheel lacks
 (simpleKT, DIMKT, AT-DKT, ... live only in pyKT's repository), gets a row with `skipped` and the
-reason, so models registered later are benchmarked with no edit.
+reason, so models registered later are benchmarked with no edit. `--pykt-src` names a checkout's
+pykt/models: the repository-only models (peer_models.SIZED) are then built from its files (their
+rows' `pykt` is `--src-label`), the wheel's from the wheel; CL4KT is in neither. stableKT and
+foliBiKT import einops (not a project dependency: put it on PYTHONPATH).
 
 Setting: B=64, L=200, 100 skills, one batch of `kt_lib.audit.random_batch` (seed 0, full rows)
 fed to both; no problem ids, except for the models that need them (qdkt, dimkt, atdkt: 1000
@@ -54,12 +58,23 @@ from bench_models import (
     setting,
     time_ours,
 )
-from peer_models import SHIPPED, Seqs, build, pykt_batch, scored, set_mode, training_loss
+from peer_models import (
+    REPO,
+    SHIPPED,
+    Seqs,
+    build,
+    cuda_calls_in_place,
+    pykt_batch,
+    scored,
+    set_mode,
+    training_loss,
+)
 from peer_zoo import IGNORED, NUM_PID, SHARED, availability, their_sizes
 from pykt_loader import PYKT_VERSION, find_pykt_models, load_pykt, pykt_models_dir, pykt_version
 from timing import measure
 
 MODELS = tuple(SHARED)
+SRC_PKG = "_pykt_src_models"  # the stand-in package a checkout's files load under
 
 
 def pykt_inputs(batch, device: str) -> dict:
@@ -69,7 +84,11 @@ def pykt_inputs(batch, device: str) -> dict:
     t = torch.arange(n, device=batch.q.device).expand(b, n) * 60
     q = batch.q if batch.pid is None else batch.pid
     s = Seqs(q.long(), batch.r.long(), t, batch.mask, concepts=batch.q.long())
-    return {k: v.to(device) for k, v in pykt_batch(s).items()}
+    d = pykt_batch(s)
+    # AT-DKT's IK target (pykt's atdkt dataloader): the running correct ratio, steps <= j
+    r, m = (d[k].to(torch.get_default_dtype()) for k in ("rseqs", "masks"))
+    d["historycorrs"] = (r * m).cumsum(1) / m.cumsum(1).clamp(min=1) * m
+    return {k: v.to(device) for k, v in d.items()}
 
 
 def build_theirs(name: str, mods: dict, device: str, n: int, config: dict):
@@ -110,6 +129,17 @@ def _side(model, m: dict, sizes: str, config: dict) -> dict:
     return out
 
 
+def load_theirs(name: str, device: str, src: str | None) -> dict:
+    """pyKT's module for `name`: a checkout's file for the repository-only models, else the
+    wheel's."""
+    pykt = SHARED[name].pykt
+    if pykt in REPO:
+        if src is None:
+            raise SystemExit(f"{name}: pyKT's {pykt} is in its repository only: use --pykt-src")
+        return load_pykt(device, (REPO[pykt],), root=Path(src), pkg=SRC_PKG)
+    return load_pykt(device, (SHIPPED[pykt],))
+
+
 def bench_pair(
     name: str,
     repeats: int,
@@ -118,11 +148,14 @@ def bench_pair(
     backend: str | None = None,
     b: int = B,
     n: int = L,
+    src: str | None = None,
+    label: str | None = None,
 ) -> dict:
     peer = SHARED[name]
-    mods = load_pykt(device, (SHIPPED[peer.pykt],))
+    mods = load_theirs(name, device, src)
     num_pid = NUM_PID if peer.needs_pid else 0
-    with on_device(device, precision, backend) as prec:
+    # stableKT, foliBiKT and DIMKT call .cuda() unconditionally: a no-op without CUDA
+    with on_device(device, precision, backend) as prec, cuda_calls_in_place(peer.pykt):
         ours, batch, m_ours = time_ours(name, repeats, device, None, b, n, num_pid)
         config = {k: v for k, v in dataclasses.asdict(ours.config).items() if k not in IGNORED}
         theirs, kw, notes = build_theirs(name, mods, device, n, config)
@@ -139,46 +172,68 @@ def bench_pair(
         "theirs": _side(theirs, m_theirs, "ours where pyKT has the size, else kt_config.json", kw),
         "notes": notes,
         "num_pid": num_pid,
-        "pykt": pykt_version(),
+        "pykt": label if peer.pykt in REPO else pykt_version(),
     }
     res.update(setting(device, prec, backend, b, n))
     return res
 
 
-def skipped(names: list[str]) -> dict[str, str]:
-    """{name: why} for the models that cannot run here (see peer_zoo.availability)."""
+def skipped(names: list[str], src: str | None = None) -> dict[str, str]:
+    """{name: why} for the models that cannot run here (see peer_zoo.availability); `src`: a
+    checkout's pykt/models, for the repository-only models."""
     from kt_lib.models import list_models
 
     root = find_pykt_models()
     files = {p.stem for p in root.glob("*.py")} if root else set()
-    why = {name: availability(name, set(list_models()), files) for name in names}
+    repo = {p.stem for p in Path(src).glob("*.py")} if src else set()
+    why = {name: availability(name, set(list_models()), files, repo) for name in names}
     return {k: v for k, v in why.items() if v}
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--models", nargs="*", choices=MODELS, default=list(MODELS))
     add_device_args(p)
     p.add_argument("--out", default="benchmarks/results/peers.json")
+    p.add_argument(
+        "--pykt-src",
+        default=None,
+        help="a checkout's pykt/models: the repository-only models are built from its files",
+    )
+    p.add_argument("--src-label", default="repository", help="`pykt` of the --pykt-src rows")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
-    a = p.parse_args()
-    pykt_models_dir()  # exits with the install command when pykt-toolkit is missing
+    a = p.parse_args(argv)
+    if a.pykt_src is not None and not (Path(a.pykt_src) / "utils.py").is_file():
+        p.error(f"--pykt-src {a.pykt_src}: not a pykt/models folder (no utils.py)")
+    return a
+
+
+def one_argv(a: argparse.Namespace) -> list[str]:
+    """The flags the per-model subprocess needs."""
+    src = ["--pykt-src", a.pykt_src, "--src-label", a.src_label] if a.pykt_src else []
+    return device_argv(a) + src
+
+
+def main() -> None:
+    a = parse_args()
+    if a.pykt_src is None:
+        pykt_models_dir()  # exits with the install command when pykt-toolkit is missing
     if a.one:
-        res = bench_pair(a.one, a.repeats, a.device, a.precision, a.backend, a.batch, a.len)
-        print(json.dumps(res))
+        args = (a.repeats, a.device, a.precision, a.backend, a.batch, a.len)
+        print(json.dumps(bench_pair(a.one, *args, a.pykt_src, a.src_label)))
         return
-    if pykt_version() != PYKT_VERSION:
+    if find_pykt_models() is not None and pykt_version() != PYKT_VERSION:
         print(
             f"warning: pykt-toolkit {pykt_version()} installed, {PYKT_VERSION} expected",
             file=sys.stderr,
         )
-    skip = skipped(a.models)
+    skip = skipped(a.models, a.pykt_src)
     results = []
     for name in a.models:
         if name in skip:
             res = {"model": name, "pykt_model": SHARED[name].pykt, "skipped": skip[name]}
         else:
-            res = run_subprocess(__file__, name, device_argv(a))
+            res = run_subprocess(__file__, name, one_argv(a))
         print(json.dumps(res), flush=True)
         results.append(res)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

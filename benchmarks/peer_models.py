@@ -156,11 +156,12 @@ TINY: dict[str, dict] = {
 def build(name: str, mods: dict, nc: int = NC, nq: int = NQ, n: int = L, device="cpu", **sizes):
     """pykt's class for `name`: `nc` concepts, `nq` questions (problem ids; 0: none where the
     class allows it), windows of `n` steps, and the constructor's size arguments `sizes` over
-    TINY's (kt_config.json's structure, d 16). Repository-only models: tiny sizes only."""
+    TINY's (kt_config.json's structure, d 16). Repository-only models: those of SIZED at any
+    size (bench_peers --pykt-src), the others at tiny sizes only."""
     if name in REPO:
-        if (nc, nq, n) != (NC, NQ, L) or sizes:
+        if name not in SIZED and ((nc, nq, n) != (NC, NQ, L) or sizes):
             raise NotImplementedError(f"{name}: repository-only models are built at tiny sizes")
-        return build_repo(name, mods)
+        return build_repo(name, mods, nc, nq, n, **sizes)
     m = mods[SHIPPED[name]]
     kw = {**TINY[name], **sizes}
     if name == "dkt":
@@ -201,18 +202,24 @@ def build(name: str, mods: dict, nc: int = NC, nq: int = NQ, n: int = L, device=
     raise KeyError(name)
 
 
-def build_repo(name: str, mods: dict):
-    """The repository-only models, with the emb_type of pykt's examples/wandb_<name>_train.py."""
+# the repository-only models bench_peers builds at its sizes (peer_zoo's table names them)
+SIZED = ("simplekt", "sparsekt", "stablekt", "folibikt", "dimkt", "atdkt")
+
+
+def build_repo(name: str, mods: dict, nc: int = NC, nq: int = NQ, n: int = L, **sizes):
+    """The repository-only models, with the emb_type of pykt's examples/wandb_<name>_train.py,
+    at tiny sizes unless `sizes` (constructor keywords, SIZED models only) say otherwise."""
     m = mods[REPO[name]]
-    attn = {"d_ff": D, "final_fc_dim": D, "num_attn_heads": 2, "dropout": 0.1}
+    attn = {"d_model": D, "n_blocks": 2, "d_ff": D, "final_fc_dim": D, "num_attn_heads": 2}
+    attn["dropout"] = 0.1
     if name in ("simplekt", "stablekt"):
         cls = {"simplekt": "simpleKT", "stablekt": "stableKT"}[name]
-        return getattr(m, cls)(NC, NQ, D, 2, seq_len=L, final_fc_dim2=D, **attn)
+        return getattr(m, cls)(nc, nq, seq_len=n, **{**attn, "final_fc_dim2": D, **sizes})
     if name == "sparsekt":
-        kw = {"seq_len": L, "final_fc_dim2": D, "emb_type": "qid_sparseattn", "k_index": 5}
-        return m.sparseKT(NC, NQ, D, 2, **attn, **kw)
+        kw = {"final_fc_dim2": D, "emb_type": "qid_sparseattn", "k_index": 5}
+        return m.sparseKT(nc, nq, seq_len=n, **{**attn, **kw, **sizes})
     if name == "folibikt":
-        return m.folibiKT(NC, NQ, D, 2, emb_type="qid_alibi", **attn)
+        return m.folibiKT(nc, nq, **{**attn, "emb_type": "qid_alibi", **sizes})
     if name == "extrakt":
         return m.extraKT(NC, NQ, D, 2, **attn)
     if name == "robustkt":
@@ -221,9 +228,12 @@ def build_repo(name: str, mods: dict):
         kw = {"n_know": 4, "n_blocks": 3, "emb_type": "qid_cl", "proj": True}
         return m.DTransformer(NC, NQ, D, D, num_attn_heads=2, dropout=0.1, **kw)
     if name == "dimkt":
-        return m.DIMKT(NQ, NC, 0.1, D, B, L - 1, LEVELS, "qid")
+        kw = {"dropout": 0.1, "emb_size": D, "difficult_levels": LEVELS, "emb_type": "qid"}
+        kw.update(sizes)
+        return m.DIMKT(nq, nc, batch_size=B, num_steps=n - 1, **kw)
     if name == "atdkt":
-        return m.ATDKT(NQ, NC, L, D, dropout=0.1, emb_type="qid", num_attn_heads=2)
+        kw = {"emb_size": D, "dropout": 0.1, "emb_type": "qid", "num_attn_heads": 2, **sizes}
+        return m.ATDKT(nq, nc, n, **kw)
     if name == "qikt":
         cfg = {"output_mode": "an", "output_c_next_lambda": 1, "output_q_next_lambda": 0}
         kw = {"max_concepts": 1, "mlp_layer_num": 2, "other_config": cfg}
@@ -324,6 +334,12 @@ def training_loss(name: str, model, d: dict) -> torch.Tensor:
         p_adv = (model.epsilon * normalize(g.data.float())).to(g.device)
         adv, _ = model(c, r, p_adv)
         return loss + model.beta * _bce((adv * F.one_hot(cs, model.num_c)).sum(-1), rs, sm)
+    if name == "atdkt":  # model_forward: the emb_type's QT and IK terms too (zero with "qid")
+        y, y2, y3 = model(d, train=True)
+        if model.emb_type.endswith("predcurc"):  # cal_loss: l1 BCE + l2 QT (+ l3 IK: "his")
+            loss = model.l1 * _bce((y * F.one_hot(cs, model.num_c)).sum(-1), rs, sm)
+            return loss + model.l2 * y2 + (model.l3 * y3 if "his" in model.emb_type else 0)
+        return _bce((y * F.one_hot(cs, model.num_c)).sum(-1), rs, sm)
     if name == "lpkt":  # cal_loss: BCELoss(reduction="none") summed, in the model's dtype
         y = torch.masked_select(scored(name, model, d), sm)
         return F.binary_cross_entropy(y, torch.masked_select(rs, sm).to(y.dtype), reduction="sum")

@@ -7,7 +7,8 @@ so this table only says which sizes go where. Each of pyKT's size arguments is r
 first of our config fields that exists (`SIZES`: their argument -> our candidate fields, then
 pyKT's configs/kt_config.json value, used when our config has none of them: a mismatch noted in
 the row). A model of ours that is not registered, or whose pyKT model the installed wheel lacks,
-is skipped with the reason (`availability`), so models landing later need no edit here.
+is skipped with the reason (`availability`), so models landing later need no edit here; the
+repository-only ones run against a checkout's files (bench_peers --pykt-src).
 """
 
 from __future__ import annotations
@@ -72,15 +73,30 @@ SHARED: dict[str, Peer] = {
     "qdkt": Peer("qdkt", {"emb_size": (("d",), 200), "dropout": (("dropout",), 0.1)},
                  needs_pid=True, note="pyKT's QDKT, emb_type qaid; problem ids as questions"),
     "dimkt": Peer("dimkt", {"emb_size": (("d",), 128), "dropout": (("dropout",), 0.2),
-                            "difficult_levels": (("difficult_levels",), 100)}, needs_pid=True),
+                            "difficult_levels": (("difficult_levels",), 100)}, needs_pid=True,
+                  note="pyKT's difficulty levels: peer_models' fixed table (1-10 per id), not "
+                  "counted from training logs as ours"),
     "atdkt": Peer("atdkt", {"emb_size": (("d",), 300), "dropout": (("dropout",), 0.05),
-                            "num_attn_heads": (("n_heads",), 5), "num_layers": (("n_layers",), 2),
-                            "d_ff": (("d_ff",), 2048)}, needs_pid=True),
-    "simplekt": Peer("simplekt", {**_ATTN, "final_fc_dim2": (("final_fc_dim2",), 256)}),
+                            "num_attn_heads": (("n_heads",), 5), "num_layers": (("n_layers",), 2)},
+                  fixed={"emb_type": "qiddelxembhistranscembpredcurc"}, needs_pid=True,
+                  note="pyKT's QT encoder FFN is torch's default 2048 (no argument; ours d_ff) "
+                  "and its dropout torch's 0.1 (ours qt_dropout); l1=l2=l3=0.5 (ours: weights "
+                  "relative to the BCE, 1 and 1); historycorrs: running correct ratio"),
+    "simplekt": Peer("simplekt", {**_ATTN, "final_fc_dim2": (("final_fc_dim2",), 256)},
+                     note="n_pid 0 (no problem ids on either side)"),
     "sparsekt": Peer("sparsekt", {**_ATTN, "final_fc_dim2": (("final_fc_dim2",), 256),
-                                  "k_index": (("k_index", "k"), 5)}),
-    "folibikt": Peer("folibikt", dict(_ATTN)),
-    "stablekt": Peer("stablekt", {**_ATTN, "final_fc_dim2": (("final_fc_dim2",), 256)}),
+                                  "k_index": (("k_index", "k"), 5),
+                                  "sparse_ratio": (("ratio",), 0.8)},
+                     fixed={"emb_type": "qid_sparseattn"},
+                     note="n_pid 0 (no problem ids on either side); top-k attention"),
+    "folibikt": Peer("folibikt", {**_ATTN, "kq_same": (("kq_same",), 1), "l2": (("l2",), 1e-5)},
+                     fixed={"emb_type": "qid_alibi"},
+                     note="n_pid 0 (no problem ids, no Rasch term on either side); pyKT's second "
+                     "output layer is fixed at 256 (ours: final_fc_dim2)"),
+    "stablekt": Peer("stablekt", {**_ATTN, "final_fc_dim2": (("final_fc_dim2",), 256),
+                                  "r": (("radius",), 0.5), "gamma": (("gamma",), 0.7)},
+                     note="n_pid 0 (no problem ids, no difficulty on either side); pyKT's "
+                     "stablekt.py calls .cuda() unconditionally: a no-op on CPU here"),
     "cl4kt": Peer("cl4kt", {"d_model": (("d",), 64), "n_blocks": (("n_blocks",), 2),
                             "dropout": (("dropout",), 0.2), "d_ff": (("d_ff",), 1024),
                             "num_attn_heads": (("n_heads",), 8)}),
@@ -88,7 +104,7 @@ SHARED: dict[str, Peer] = {
     "deep_irt": Peer("deep_irt", dict(_MEMORY)),
     "skvmn": Peer("skvmn", dict(_MEMORY)),
     "gkt": Peer("gkt", {"hidden_dim": (("hidden_dim", "d"), 32),
-                        "emb_size": (("emb_size", "d"), 32), "dropout": (("dropout",), 0.5)},
+                        "emb_size": (("emb_size", "emb"), 32), "dropout": (("dropout",), 0.5)},
                 fixed={"graph_type": "dense"},
                 note="pyKT's dense graph here is a random [C, C] matrix (seed 1)"),
     "kqn": Peer("kqn", {"n_hidden": (("n_hidden", "d"), 128),
@@ -123,16 +139,23 @@ def their_sizes(name: str, config) -> tuple[dict, list[str]]:
     return kw, notes
 
 
-def availability(name: str, registered, shipped_files) -> str | None:
+def availability(name: str, registered, shipped_files, repo_files=()) -> str | None:
     """None if `name` can be benchmarked, else why not: ours not registered, or pyKT's model
-    not among `shipped_files` (the installed pykt/models file stems)."""
+    neither among `shipped_files` (the installed pykt/models file stems) nor, for the
+    repository-only models, among `repo_files` (a checkout's, bench_peers --pykt-src)."""
     peer = SHARED[name]
     if name not in registered:
         return f"ours not registered (yet): no kt_lib model {name!r}"
+    if peer.pykt in REPO:
+        if REPO[peer.pykt] in repo_files:
+            return None
+        return (
+            f"pyKT's {peer.pykt!r} is not in the installed pykt-toolkit wheel "
+            "(pykt-team/pykt-toolkit's repository only: --pykt-src CHECKOUT/pykt/models)"
+        )
     file = SHIPPED.get(peer.pykt)
-    if file is None or file not in shipped_files:
-        where = "pykt-team/pykt-toolkit's repository only" if peer.pykt in REPO else "absent"
-        if peer.pykt == "cl4kt":
-            where = "pykt-team/pykt-toolkit's repository only (not in peer_models)"
-        return f"pyKT's {peer.pykt!r} is not in the installed pykt-toolkit wheel ({where})"
+    if file is None:  # CL4KT (Lee et al. 2022) has no model file in pyKT's wheel or repository
+        return f"pyKT has no {peer.pykt!r} (neither its wheel nor its repository)"
+    if file not in shipped_files:
+        return f"pyKT's {peer.pykt!r} is not in the installed pykt-toolkit wheel"
     return None

@@ -1,10 +1,13 @@
 """benchmarks/bench_peers.py and its table (benchmarks/peer_zoo.py): the table checked against
 the registry (always), and - only where pykt-toolkit is installed, which CI does not do - pyKT's
 training loss for every wheel model the table names, and the smoke setting end to end for two
-models (one with problem ids) plus a skipped one."""
+models (one with problem ids) plus a skipped one; with a checkout of pyKT's repository named by
+$PYKT_SRC (its pykt/models), the training loss of the repository-only models at bench_peers'
+sizes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -17,7 +20,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from peer_models import REPO, SHIPPED, build, training_loss  # noqa: E402
+from bench_peers import one_argv, parse_args  # noqa: E402
+from peer_models import REPO, SHIPPED, SIZED, build, training_loss  # noqa: E402
 from peer_zoo import IGNORED, SHARED, availability, their_sizes  # noqa: E402
 from pykt_loader import find_pykt_models, load_pykt  # noqa: E402
 
@@ -25,6 +29,11 @@ from kt_lib.models import MODELS, list_models  # noqa: E402
 
 needs_pykt = pytest.mark.skipif(
     find_pykt_models() is None, reason="pykt-toolkit is not installed (not a dependency)"
+)
+PYKT_SRC = os.environ.get("PYKT_SRC")  # a checkout's pykt/models (bench_peers --pykt-src)
+needs_src = pytest.mark.skipif(
+    not (PYKT_SRC and (Path(PYKT_SRC) / "utils.py").is_file()),
+    reason="$PYKT_SRC names no checkout of pyKT's pykt/models",
 )
 
 
@@ -37,7 +46,11 @@ def test_table_names_registered_models_or_skips_them():
         if name not in registered:
             assert why is not None and why.startswith("ours not registered"), name
             continue
-        assert why is None or "not in the installed pykt-toolkit wheel" in why, (name, why)
+        assert (
+            why is None
+            or "not in the installed pykt-toolkit wheel" in why
+            or (why.startswith("pyKT has no"))
+        ), (name, why)
         if MODELS[name].config_cls.PRESETS.get("paper") is None:
             continue
         config = MODELS[name].config_cls.preset("paper")
@@ -63,6 +76,60 @@ def test_availability_reasons():
     assert "not registered" in availability("dkt", set(), {"dkt"})
     assert availability("dkt", {"dkt"}, {"dkt"}) is None
     assert "repository only" in availability("simplekt", {"simplekt"}, {"dkt"})
+    assert "--pykt-src" in availability("simplekt", {"simplekt"}, {"dkt"})
+    assert availability("simplekt", {"simplekt"}, {"dkt"}, {"simplekt"}) is None  # a checkout
+    assert "pyKT has no" in availability("cl4kt", {"cl4kt"}, {"dkt"}, set(REPO.values()))
+    # every repository-only model in the table can be built at bench sizes
+    assert {SHARED[n].pykt for n in SHARED if SHARED[n].pykt in REPO} <= set(SIZED)
+
+
+def test_repo_model_sizes():
+    """The repository-only rows set what pyKT's constructors take (AT-DKT has no d_ff)."""
+    kw, notes = their_sizes("atdkt", {"d": 300, "n_heads": 5, "n_layers": 2, "d_ff": 2048})
+    assert "d_ff" not in kw and kw["emb_type"] == "qiddelxembhistranscembpredcurc"
+    assert any("d_ff=2048" in n for n in notes)
+    kw, _ = their_sizes("sparsekt", {"d": 64, "k": 3, "ratio": 0.5})
+    assert (kw["k_index"], kw["sparse_ratio"], kw["emb_type"]) == (3, 0.5, "qid_sparseattn")
+    kw, _ = their_sizes("stablekt", {"radius": 0.5, "gamma": 0.7})
+    assert (kw["r"], kw["gamma"]) == (0.5, 0.7)
+
+
+def test_pykt_src_option(tmp_path):
+    a = parse_args(["--models", "simplekt"])
+    assert a.pykt_src is None and "--pykt-src" not in one_argv(a)
+    with pytest.raises(SystemExit) as e:  # not a pykt/models folder
+        parse_args(["--pykt-src", str(tmp_path)])
+    assert e.value.code == 2
+    (tmp_path / "utils.py").write_text("")
+    a = parse_args(["--pykt-src", str(tmp_path), "--src-label", "repo@abc", "--repeats", "2"])
+    argv = one_argv(a)
+    assert argv[argv.index("--pykt-src") + 1] == str(tmp_path)
+    assert argv[argv.index("--src-label") + 1] == "repo@abc" and "--repeats" in argv
+
+
+@needs_src
+def test_training_loss_runs_for_every_repo_model_at_bench_sizes():
+    """pyKT's training loss backpropagates for each repository-only model of the table, built
+    by bench_peers' rule (our tiny preset's sizes, problem ids where ours needs them; L 60:
+    AT-DKT's IK term starts at step 50)."""
+    from bench_peers import build_theirs, load_theirs, pykt_inputs
+    from peer_models import cuda_calls_in_place, set_mode
+
+    from kt_lib.audit import random_batch
+
+    for name in [n for n in SHARED if SHARED[n].pykt in REPO and n in MODELS]:
+        config = dataclasses.asdict(MODELS[name].config_cls.preset("tiny"))
+        config = {k: v for k, v in config.items() if k not in IGNORED}
+        num_pid = 1000 if SHARED[name].needs_pid else 0
+        batch = random_batch(100, B=4, L=60, num_pid=num_pid, seed=0, ragged=False)
+        with cuda_calls_in_place(SHARED[name].pykt):
+            mods = load_theirs(name, "cpu", PYKT_SRC)
+            model, kw, _ = build_theirs(name, mods, "cpu", 60, config)
+            set_mode(model, True)
+            loss = training_loss(SHARED[name].pykt, model, pykt_inputs(batch, "cpu"))
+            loss.backward()
+        assert loss.ndim == 0 and torch.isfinite(loss), name
+        assert any(p.grad is not None for p in model.parameters()), name
 
 
 @needs_pykt
@@ -87,7 +154,8 @@ def test_training_loss_runs_for_every_wheel_model_in_the_table():
 @needs_pykt
 def test_smoke_end_to_end(tmp_path):
     out = tmp_path / "peers.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # pykt's too
+    env = dict(os.environ, PYTHONPATH=path, OMP_NUM_THREADS="1")
     cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_peers.py"), "--models", "dkt"]
     cmd += ["qdkt", "cl4kt", "--batch", "8", "--len", "50", "--repeats", "2", "--out", str(out)]
     run = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

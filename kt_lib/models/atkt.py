@@ -30,7 +30,6 @@ from torch import nn
 from ..config import require
 from ..data.dataset import Batch
 from ..nn import LSTM, Dropout
-from ..nn.reference import masked_softmax
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 
@@ -86,9 +85,15 @@ def causal_state_context(
     """ATKT's causal attention: h [B, L, Hd], score [B, L], valid [B, L] bool ->
     (context [B, L, Hd] with context_s = sum_{s' < s} row_s', weights [B, L, L])."""
     L = h.shape[1]
-    readable = torch.ones(L, L, dtype=torch.bool, device=h.device).tril()  # key j <= row s
-    readable = readable & valid[:, None, :]  # [B, L, L]
-    a = masked_softmax(score[:, None, :].expand(-1, L, -1), readable)  # [B, L, L]
+    # masked_softmax over the readable keys (j <= s, valid), built from the blocked ones and
+    # without its [B, L, L] any() and product: a row reads a key iff a valid step j <= s exists
+    blocked = torch.ones(L, L, dtype=torch.bool, device=h.device).triu(1)  # key j > row s
+    blocked = blocked | ~valid[:, None, :]  # [B, L, L]
+    low = torch.finfo(score.dtype).min
+    a = score[:, None, :].expand(-1, L, -1).masked_fill(blocked, low).softmax(-1)  # [B, L, L]
+    has_key = valid.cumsum(1) > 0  # [B, L]
+    if h.device.type != "cpu" or not bool(has_key.all()):  # rows with no key read nothing
+        a = a * has_key[..., None]
     row = (a @ h) * valid[..., None]  # [B, L, Hd]; padded rows add nothing
     return row.cumsum(1) - row, a  # the rows before s (the authors' cumsum minus self)
 
@@ -114,8 +119,9 @@ class ATKT(KTModel):
         """Interaction embeddings x [B, L, E]; the order of the halves encodes the response."""
         r = batch.r.masked_fill(~batch.mask, 0)
         s, a = self.skill(batch.q), self.answer(r)  # [B, L, Ds], [B, L, Da]
-        right = (r == 1).unsqueeze(-1)
-        x = torch.where(right, torch.cat([s, a], -1), torch.cat([a, s], -1))
+        x = torch.cat([s, a], -1)  # [B, L, E]: right answers' order
+        wrong = r != 1  # [B, L]
+        x[wrong] = torch.cat([a[wrong], s[wrong]], -1)  # cat's fresh output, saved by none
         return x * batch.mask.unsqueeze(-1)  # padded steps embed to zero, as the authors'
 
     def predict(self, x: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:

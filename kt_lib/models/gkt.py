@@ -31,7 +31,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..config import require
 from ..data.dataset import Batch, KTDataset, interaction_token
-from ..nn import Dropout
+from ..nn.dropout import ReLUDropout
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 GRAPHS = ("dense", "transition")
@@ -94,8 +94,11 @@ class MaskedBatchNorm(nn.Module):
     def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """x [N, D], valid [N] bool -> [N, D]."""
         if not self.training:
-            y = (x - self.running_mean) * torch.rsqrt(self.running_var + self.eps)
-            return y * self.weight + self.bias
+            y = x - self.running_mean  # fresh: the other passes write into it (same values)
+            y.mul_(torch.rsqrt(self.running_var + self.eps))
+            if torch.is_grad_enabled() and self.weight.requires_grad:
+                return y * self.weight + self.bias  # autograd needs y before the product
+            return y.mul_(self.weight).add_(self.bias)
         w = valid.to(x.dtype).unsqueeze(-1)  # [N, 1]
         n = w.sum()
         mean = (x * w).sum(0) / n.clamp(min=1)  # [D]
@@ -104,6 +107,8 @@ class MaskedBatchNorm(nn.Module):
         if self.track:
             self.update(mean, var, n, enough)
         y = (x - mean) * torch.rsqrt(var + self.eps) * self.weight + self.bias
+        if x.device.type == "cpu" and bool(enough):  # no device sync on CPU: skip the select
+            return y
         return torch.where(enough, y, x)
 
     @torch.no_grad()
@@ -124,14 +129,14 @@ class GraphMLP(nn.Module):
     def __init__(self, d_in: int, d: int, dropout: float):
         super().__init__()
         self.fc1, self.fc2 = nn.Linear(d_in, d), nn.Linear(d, d)
-        self.drop = Dropout(dropout)
+        self.drop = ReLUDropout(dropout)  # in place on fc1's fresh output
         self.norm = MaskedBatchNorm(d)
         for fc in (self.fc1, self.fc2):  # the authors' initialisation
             nn.init.xavier_normal_(fc.weight)
             nn.init.constant_(fc.bias, 0.1)
 
     def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """x [..., d_in], valid [...] bool -> [..., d]."""
+        """x [N, d_in], valid [N] bool -> [N, d]."""
         return self.finish(self.fc1(x), valid)
 
     def pair(self, own: torch.Tensor, other: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -139,13 +144,17 @@ class GraphMLP(nn.Module):
         without building the [B, C, 2n] concatenation (saved for backward at every step)."""
         n = own.shape[-1]
         w = self.fc1.weight  # [d, 2n]
-        pre = F.linear(own, w[:, :n], self.fc1.bias).unsqueeze(1) + F.linear(other, w[:, n:])
+        # a fresh product (no bias: not a view), saved by no backward, so summed in place
+        pre = F.linear(other, w[:, n:])  # [B, C, d]
+        pre.add_(F.linear(own, w[:, :n], self.fc1.bias).unsqueeze(1))
         return self.finish(pre, valid)
 
     def finish(self, pre: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-        """Everything after the first layer's product: pre [..., d] -> [..., d]."""
-        y = torch.relu(self.fc2(self.drop(torch.relu(pre))))
-        return self.norm(y.flatten(0, -2), valid.flatten()).view(y.shape)
+        """Everything after the first layer's product: pre [..., d], fresh (overwritten: relu and
+        dropout in place) -> [..., d]."""
+        h = self.drop(pre) if self.training else pre.relu_()
+        y = self.fc2(h.flatten(0, -2)).relu_()  # [N, d]: 2-D, so a fresh product, not a view
+        return self.norm(y, valid.flatten()).view(pre.shape)
 
 
 class EraseAddGate(nn.Module):
@@ -160,7 +169,11 @@ class EraseAddGate(nn.Module):
     def forward(self, m: torch.Tensor) -> torch.Tensor:
         """m [B, C, D] -> [B, C, D]."""
         w = self.weight.unsqueeze(-1)  # [C, 1]
-        return m - w * torch.sigmoid(self.erase(m)) * m + w * torch.tanh(self.add(m))
+        if torch.is_grad_enabled():
+            return m - w * torch.sigmoid(self.erase(m)) * m + w * torch.tanh(self.add(m))
+        # no graph: the same products, in place in the fresh outputs of the two layers
+        out = m - torch.sigmoid_(self.erase(m)).mul_(w).mul_(m)
+        return out.add_(torch.tanh_(self.add(m)).mul_(w))
 
 
 @register("gkt")
@@ -214,17 +227,20 @@ class GKT(KTModel):
         B, C, _ = H.shape
         A = self.graph.to(H.dtype)
         is_q = F.one_hot(q, C).bool()  # [B, C]
+        b = torch.arange(B, device=H.device)
         x = self.emb_x(interaction_token(q, r, C))  # [B, E]
-        feat = torch.where(is_q.unsqueeze(-1), x.unsqueeze(1), self.emb_c.weight)  # [B, C, E]
-        Hp = torch.cat([H, feat], -1)  # [B, C, D+E]
-        own = Hp[torch.arange(B, device=H.device), q]  # [B, D+E]
+        # H'_j = [H_j, E_c(j)], then [H_i, E_x(x_t)] written at the answered concept i
+        Hp = torch.cat([H, self.emb_c.weight.expand(B, C, -1)], -1)  # [B, C, D+E]
+        Hp[b, q, H.shape[-1] :] = x.to(Hp.dtype)  # cat's output: fresh, saved by no backward
+        own = Hp[b, q]  # [B, D+E]
         m_self = self.f_self(own, valid)  # [B, D]
         rows = valid.unsqueeze(1).expand(B, C)  # [B, C]
         a_out, a_in = A[q], A[:, q].T  # [B, C]: A[i, j], A[j, i]
         f_out = self.f_out.pair(own, Hp, rows)  # [B, C, D]: f_out([H'_i, H'_j]) for every j
         f_in = self.f_in.pair(own, Hp, rows)
         m_nb = a_out.unsqueeze(-1) * f_out + a_in.unsqueeze(-1) * f_in  # [B, C, D]
-        m = self.gate(torch.where(is_q.unsqueeze(-1), m_self.unsqueeze(1), m_nb))  # [B, C, D]
+        m_nb[b, q] = m_self.to(m_nb.dtype)  # the answered concept's own message (fresh m_nb)
+        m = self.gate(m_nb)  # [B, C, D]
         new = self.gru(m.flatten(0, 1), H.flatten(0, 1)).view_as(H)  # [B, C, D]
         touched = (is_q | (a_out > 0) | (a_in > 0)) & valid.unsqueeze(1)  # [B, C]
         return torch.where(touched.unsqueeze(-1), new, H)
