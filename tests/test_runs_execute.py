@@ -106,4 +106,6 @@ def test_parallel_refusals(bundle):
         ExecConfig(on_error="ignore")
     with pytest.raises(ValueError, match="ray_address is read by executor='ray' only"):
         ExecConfig(ray_address="auto")
+    with pytest.raises(ValueError, match="gpus_per_run is read by executor='ray' only"):
+        ExecConfig(workers=2, gpus_per_run=0.5)
     assert runner.threads_per_worker(3, cores=16) == 5 and runner.threads_per_worker(4, 2) == 1

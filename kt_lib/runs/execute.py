@@ -79,8 +79,9 @@ class ExecConfig:
             raise ValueError(
                 f"gpus_per_run must be >= 0 (a fraction of one GPU), got {self.gpus_per_run}"
             )
-        if self.ray_address is not None and self.executor != "ray":
-            raise ValueError("ray_address is read by executor='ray' only")
+        for name in ("ray_address", "gpus_per_run"):  # no setting accepted and ignored
+            if getattr(self, name) is not None and self.executor != "ray":
+                raise ValueError(f"{name} is read by executor='ray' only")
 
     @property
     def parallel(self) -> bool:
