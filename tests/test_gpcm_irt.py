@@ -41,10 +41,10 @@ def test_fitting_recovers_each_items_category_probabilities():
     y = torch.multinomial(truth[items], 1, generator=torch.Generator().manual_seed(0))[:, 0]
     torch.manual_seed(0)
     model = build_model("gpcm_irt", preset="tiny", num_c=N, K=K)
-    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
     q = items.view(1, -1)
     batch = Batch(q, y.view(1, -1), torch.ones_like(q, dtype=torch.bool))
-    for _ in range(300):
+    for _ in range(120):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(batch).logits[0], y).backward()
         opt.step()
