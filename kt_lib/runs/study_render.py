@@ -1,10 +1,10 @@
 """A study's block for the README and docs/, from its results file alone (`kt study render`):
-per (dataset, model) the headline metrics beside the published figures, then the study's pairs."""
+per (dataset, model) the headline metrics beside the published figures, then the study's pairs.
+It reads a `runs.studies.Study` without importing that module (studies imports this one)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -13,11 +13,8 @@ from .results import load_results
 from .stats import compare_pairs, pairs_markdown
 from .tables import mean_std, to_markdown
 
-if TYPE_CHECKING:
-    from .studies import Study
 
-
-def render(study: Study, path: str | Path | None = None) -> str:
+def render(study, path: str | Path | None = None) -> str:
     """The README's block for a study, from its results file alone: per (dataset, model) the
     test AUC (mean ± std over runs), runs, mean best epoch and training seconds, the device;
     then each of the study's pairs per dataset and pooled over datasets (paired by dataset,

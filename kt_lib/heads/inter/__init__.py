@@ -11,50 +11,5 @@ Their configuration language is `kt_lib.heads.simakt_config`.
 """
 
 from . import seed_adapter  # noqa: F401 -- registers the adapter of seed 000's module interface
-from .heads import (
-    DESIGN_MODULE_PATHS,
-    METRICS,
-    SIMILARITY_HEADS,
-    BankBuild,
-    BaseSimilarityHead,
-    ClusterHead,
-    ClusterParams,
-    CrossStudentAttentionHead,
-    DeepSetSimilarity,
-    GraphHead,
-    HeadContext,
-    HybridHead,
-    HybridParams,
-    InterStudentHeads,
-    KNNHead,
-    KNNParams,
-    NoParams,
-    head_class,
-    head_class_of,
-    import_head_class,
-    valid_types,
-)
-
-__all__ = [
-    "METRICS",
-    "DESIGN_MODULE_PATHS",
-    "SIMILARITY_HEADS",
-    "BankBuild",
-    "BaseSimilarityHead",
-    "ClusterHead",
-    "ClusterParams",
-    "CrossStudentAttentionHead",
-    "DeepSetSimilarity",
-    "GraphHead",
-    "HeadContext",
-    "HybridHead",
-    "HybridParams",
-    "InterStudentHeads",
-    "KNNHead",
-    "KNNParams",
-    "NoParams",
-    "head_class",
-    "head_class_of",
-    "import_head_class",
-    "valid_types",
-]
+from .heads import *  # noqa: F403 -- the public names, listed once in heads.__all__
+from .heads import __all__  # noqa: F401
