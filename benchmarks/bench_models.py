@@ -38,6 +38,7 @@ import torch
 from timing import is_cuda, measure, median_seconds, model_step_and_inference
 
 B, L, NUM_C = 64, 200, 100
+NUM_PID = 10 * NUM_C  # problem ids of the batch for a model that needs them (`needs` holds "pid")
 
 
 @contextlib.contextmanager
@@ -125,9 +126,12 @@ def bench_one(
     b: int = B,
     n: int = L,
 ) -> dict:
+    from kt_lib.models import MODELS
+
     sets = parse_sets(overrides)
+    num_pid = NUM_PID if "pid" in MODELS[name].needs else 0
     with on_device(device, precision, backend) as prec:
-        model, batch, m = time_ours(name, repeats, device, sets, b, n)
+        model, batch, m = time_ours(name, repeats, device, sets, b, n, num_pid)
     res = {
         "model": name + "".join(f" {k}={v}" for k, v in sets.items()),
         "params": sum(p.numel() for p in model.parameters()),
@@ -138,6 +142,8 @@ def bench_one(
     }
     res.update({k: v for k, v in m.items() if k not in res})
     res.update(setting(device, prec, backend, b, n))
+    if num_pid:
+        res["num_pid"] = num_pid
     return res
 
 
@@ -154,7 +160,7 @@ def bench_seed_sakt(
     the next question). Also timed: the same with a padded batch (`mask`, lengths 50..100,
     left-padded) and a query at each of the 100 steps (100x the FFN work).
     """
-    from kt_lib.models.sakt import SAKT
+    from kt_lib.models.sakt_interface import SAKT
 
     with on_device(device, precision, backend) as prec:
         torch.manual_seed(0)

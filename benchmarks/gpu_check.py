@@ -4,6 +4,8 @@
     python benchmarks/gpu_check.py [--device cuda] [--out benchmarks/results/]
                                    [--data-dir ../shared/data/assist2009] [--quick]
     python benchmarks/gpu_check.py --device cpu --quick --out /tmp/check   # what CI runs
+    python benchmarks/gpu_check.py --zoo --pykt-src CHECKOUT/pykt/models --budget 540
+                                   # step 3 over the whole peer zoo; all within 540 s
 
 Runs, one after another, each as a subprocess with its own time limit (the whole within 10
 minutes on one H100):
@@ -15,7 +17,11 @@ minutes on one H100):
      recorded as skipped when pykt-toolkit is not installed);
   4. a short AKT / DTransformer training run (3 epochs) on ASSIST2009 fold 1 (`--data-dir`).
 and writes `gpu_check.json` (every step's command, exit status, seconds and parsed JSON lines)
-and `gpu_check.md` (a summary table) into `--out`. `--quick` (the default on CPU) shrinks every
+and `gpu_check.md` (a summary table) into `--out`, rewritten after every step so that a check cut
+off by its lease keeps what finished. `--budget` bounds the whole: each step gets its own limit
+or what is left of the budget, whichever is less (a device lease is short: fit it, don't overrun
+it). `--zoo` runs step 3 over every model of bench_peers' zoo (the repository-only ones with
+`--pykt-src`) and moves it last, so the standard steps finish first. `--quick` (the default on CPU) shrinks every
 step to tiny sizes so that the check itself is tested in CI; its figures mean nothing.
 """
 
@@ -33,7 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "assist2009"
 
 
-def steps(device: str, quick: bool, data_dir: Path, tmp: Path) -> list[tuple[str, list[str], int]]:
+def steps(
+    device: str, quick: bool, data_dir: Path, tmp: Path, zoo: bool = False, pykt_src: str | None = None
+) -> list[tuple[str, list[str], int]]:
     """(name, argv, seconds allowed) of each step."""
     py = sys.executable
     dev = ["--device", device]
@@ -55,17 +63,21 @@ def steps(device: str, quick: bool, data_dir: Path, tmp: Path) -> list[tuple[str
         ]
         train_data += ["--epochs", "3"]
     bench = [py, "benchmarks/bench_models.py", *dev, *models, *small]
-    return [
+    peer_models = [] if zoo else ["--models", "dkt", "sakt", "akt"]
+    src = ["--pykt-src", pykt_src] if pykt_src else []
+    peers = ("peers", [py, "benchmarks/bench_peers.py", *dev, *small, *peer_models, *src, "--out",
+                       str(tmp / "peers.json")], 400 if zoo else 90)  # fmt: skip
+    out = [
         ("cuda tests", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "cuda",
                         "tests/test_attention.py"], 120),
         ("models", [*bench, "--out", str(tmp / "models.json")], 200),
         ("models bf16", [*bench, "--precision", "bf16", "--out",
                          str(tmp / "models_bf16.json")], 120),
-        ("peers", [py, "benchmarks/bench_peers.py", *dev, *small, "--models", "dkt", "sakt",
-                   "akt", "--out", str(tmp / "peers.json")], 90),
+        peers,
         ("train", [py, "-m", "kt_lib.runs.experiment", "--models", "akt", "dtransformer", *dev,
                    *train_data, "--out", str(tmp / "train.json")], 150),
     ]  # fmt: skip
+    return [*(s for s in out if s is not peers), peers] if zoo else out
 
 
 def json_lines(text: str) -> list[dict]:
@@ -139,6 +151,16 @@ def summary_md(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_report(out: Path, report: dict) -> None:
+    for name, text in (
+        ("gpu_check.json", json.dumps(report, indent=1)),
+        ("gpu_check.md", summary_md(report)),
+    ):
+        part = out / (name + ".tmp")
+        part.write_text(text)
+        part.replace(out / name)  # atomic: a reader never sees half a report
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
@@ -147,7 +169,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--data-dir", default=str(DATA))
     p.add_argument("--quick", action="store_true", help="tiny sizes (the default on CPU)")
+    p.add_argument("--budget", type=float, default=600.0, help="seconds for the whole check")
+    p.add_argument("--zoo", action="store_true", help="step 3 over the whole peer zoo, run last")
+    p.add_argument("--pykt-src", default=None, help="a checkout's pykt/models (bench_peers)")
     a = p.parse_args(argv)
+    if a.budget <= 0:
+        p.error(f"--budget {a.budget}: must be positive seconds")
+    t_start = time.perf_counter()
     quick = a.quick or not a.device.startswith("cuda")
     out = Path(a.out)
     tmp = out / "gpu_check_parts"
@@ -165,18 +193,17 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "steps": [],
     }
-    for name, cmd, limit in steps(a.device, quick, Path(a.data_dir), tmp):
-        print(f"== {name}", flush=True)
-        res = run_step(name, cmd, limit)
+    for name, cmd, limit in steps(a.device, quick, Path(a.data_dir), tmp, a.zoo, a.pykt_src):
+        left = int(a.budget - (time.perf_counter() - t_start))
+        if left < 5:
+            res = {"step": name, "argv": cmd[1:], "rc": None, "seconds": 0.0, "results": [],
+                   "status": f"skipped: the {a.budget:g} s budget was spent", "tail": ""}  # fmt: skip
+        else:
+            print(f"== {name} (at most {min(limit, left)} s)", flush=True)
+            res = run_step(name, cmd, min(limit, left))
         print(f"   {res['status']} in {res['seconds']} s", flush=True)
         report["steps"].append(res)
-    for name, text in (
-        ("gpu_check.json", json.dumps(report, indent=1)),
-        ("gpu_check.md", summary_md(report)),
-    ):
-        part = out / (name + ".tmp")
-        part.write_text(text)
-        part.replace(out / name)  # atomic: a reader never sees half a report
+        write_report(out, report)  # after every step: a cut-off check keeps what finished
     print(summary_md(report))
     return 0 if all(s["status"] != "failed" for s in report["steps"]) else 1
 

@@ -28,3 +28,32 @@ def test_gpu_check_runs_on_cpu_at_tiny_sizes(tmp_path):
     assert {r["model"] for r in trained if 0 < r.get("test_auc", 0) <= 1} == {"akt", "dtransformer"}
     md = (tmp_path / "gpu_check.md").read_text()
     assert "| models | dtransformer |" in md and report["device"] == "cpu"
+
+
+def test_zoo_moves_the_peers_step_last_over_every_model():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_check import steps
+
+    plain = steps("cuda", False, Path("d"), Path("t"))
+    zoo = steps("cuda", False, Path("d"), Path("t"), zoo=True, pykt_src="src/models")
+    assert [s[0] for s in plain][-2:] == ["peers", "train"]
+    assert [s[0] for s in zoo][-1] == "peers"
+    peers = zoo[-1][1]
+    assert "--models" not in peers and peers[peers.index("--pykt-src") + 1] == "src/models"
+    assert "--models" in dict((s[0], s[1]) for s in plain)["peers"]
+
+
+def test_a_spent_budget_skips_the_remaining_steps_and_still_writes_the_report(tmp_path):
+    p = subprocess.run(
+        [sys.executable, "benchmarks/gpu_check.py", "--device", "cpu", "--quick", "--budget",
+         "2", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    report = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert [s["status"] for s in report["steps"]] == ["skipped: the 2 s budget was spent"] * 5
+    bad = subprocess.run(
+        [sys.executable, "benchmarks/gpu_check.py", "--budget", "0", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--budget 0" in bad.stderr
