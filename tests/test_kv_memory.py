@@ -49,6 +49,35 @@ def test_read_write_matches_a_plain_loop_outputs_and_gradients():
     assert torch.allclose(fast[:, 0], w[:, 0] @ mem.init_value, atol=1e-12)
 
 
+@pytest.mark.parametrize("L,chunk", [(1, 4), (4, 4), (5, 4), (11, 4), (9, 32)])
+def test_read_write_backward_across_chunk_boundaries(monkeypatch, L, chunk):
+    """The backward's batched passes cover chunks of steps: any L against any chunk size gives
+    the plain loop's gradients (one step, a whole chunk, one step over, several chunks)."""
+    import kt_lib.nn.memory as memory
+
+    monkeypatch.setattr(memory, "CHUNK", chunk)
+    torch.manual_seed(L)
+    B, M, dk, dv = 2, 3, 4, 5
+    mem = KeyValueMemory(M, dk, dv).double()
+    k = torch.randn(B, L, dk, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(B, L, dv, dtype=torch.float64, requires_grad=True)
+    mask = torch.ones(B, L, dtype=torch.bool)
+    mask[1, L // 2 :] = False
+    w = mem.address(k)
+    e, a = mem.signals(v)
+    fast = mem.read_write(w, e, a, mask)
+    slow = _loop_reads(mem, w, e, a, mask)
+    assert torch.allclose(fast, slow, atol=1e-12)
+    g = torch.randn_like(fast)
+    params = [k, v, mem.keys, mem.init_value, mem.erase.weight, mem.add.weight]
+    # L = 1 writes nothing: v's gradient is then zero on both sides
+    grad = dict(allow_unused=True, materialize_grads=True)
+    grads_fast = torch.autograd.grad((fast * g).sum(), params, retain_graph=True, **grad)
+    grads_slow = torch.autograd.grad((slow * g).sum(), params, **grad)
+    for gf, gs in zip(grads_fast, grads_slow, strict=True):
+        assert torch.allclose(gf, gs, atol=1e-10)
+
+
 def test_read_write_gradcheck():
     torch.manual_seed(6)
     mem = KeyValueMemory(3, 2, 4).double()
