@@ -15,7 +15,12 @@ reference | cpu | cuda; default by device) wrap everything in `kt_lib.runtime.pr
 and `kt_lib.nn.use_backend`, as `train.fit` does. CUDA timings synchronise before starting and
 before stopping the clock.
 
-Each model runs in a fresh subprocess so its peak memory is its own. Prints one JSON object per
+Each model runs in a fresh subprocess so its peak memory is its own, except on CUDA, where they
+all run in this process (`--process shared`, the default there: CUDA's start and the profiler's
+cost about 10 s a process, most of a model's time on a GPU, and `torch.cuda.max_memory_allocated`
+is reset per model, so the peak stays each model's own; `--process fresh` restores one process a
+model). On CPU `--process shared` drops `peak_rss_mb` (a process's high-water mark cannot be one
+model's) and records `"process": "shared"`. Prints one JSON object per
 model and writes them all to --out. Figures are medians over --repeats after a warm-up. Besides
 train_step_s / inference_s: on CUDA `kernels_per_step` (CUDA kernels launched by one training
 step, counted with torch.profiler; `copies_per_step` the Memcpy/Memset) and `peak_gpu_mb`
@@ -237,15 +242,45 @@ def run_subprocess(script: str, name: str, argv: list[str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_all(script: str, names: list[str], argv: list[str], out: str) -> None:
-    """Each name in its own subprocess; print each JSON line and write them all to `out`."""
+def bench_named(name: str, a: argparse.Namespace) -> dict:
+    """One name's JSON: a registered model, or seed 004's SAKT latency case (`seed_sakt`)."""
+    if name == "seed_sakt":
+        return bench_seed_sakt(a.repeats, a.device, a.precision, a.backend)
+    return bench_one(name, a.repeats, a.set, a.device, a.precision, a.backend, a.batch, a.len)
+
+
+def run_shared(name: str, a: argparse.Namespace) -> dict:
+    """`bench_named` in this process: an error becomes the row's `error` (as a failed subprocess's
+    does), and the model's memory is released before the next one."""
+    import gc
+
+    try:
+        res = bench_named(name, a)
+    except Exception as exc:  # one model's failure must not stop the others
+        res = {"model": name, "error": f"{type(exc).__name__}: {exc}"}
+    gc.collect()
+    if is_cuda(a.device):
+        torch.cuda.empty_cache()
+    else:
+        res.pop("peak_rss_mb", None)  # the process's, not the model's
+    res["process"] = "shared"
+    return res
+
+
+def run_all(script: str, names: list[str], a: argparse.Namespace, shared: bool) -> None:
+    """Each name in its own subprocess (or, `shared`, in this one); print each JSON line and
+    write them all to `a.out` after each (a cut-off run keeps what finished)."""
+    argv = [*device_argv(a), "--set", *a.set]
     results = []
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     for name in names:
-        res = run_subprocess(script, name, argv)
+        res = run_shared(name, a) if shared else run_subprocess(script, name, argv)
         print(json.dumps(res), flush=True)
         results.append(res)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(results, indent=2))
+        part = out.with_name(out.name + ".tmp")
+        part.write_text(json.dumps(results, indent=2))
+        part.replace(out)
 
 
 def main() -> None:
@@ -254,23 +289,25 @@ def main() -> None:
     add_device_args(p)
     p.add_argument("--out", default="benchmarks/results/models.json")
     p.add_argument("--set", nargs="*", default=[], help="model overrides key=value, e.g. d=128")
+    p.add_argument(
+        "--process",
+        choices=("fresh", "shared"),
+        default=None,
+        help="fresh: one process a model (the default on CPU); shared: all in this one "
+        "(the default on CUDA)",
+    )
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.one:
-        if a.one == "seed_sakt":
-            res = bench_seed_sakt(a.repeats, a.device, a.precision, a.backend)
-        else:
-            res = bench_one(
-                a.one, a.repeats, a.set, a.device, a.precision, a.backend, a.batch, a.len
-            )
-        print(json.dumps(res))
+        print(json.dumps(bench_named(a.one, a)))
         return
     from kt_lib.models import list_models
 
     names = a.models or list_models()
     if "seed_sakt" not in names:
         names = [*names, "seed_sakt"]
-    run_all(__file__, names, [*device_argv(a), "--set", *a.set], a.out)
+    process = a.process or ("shared" if is_cuda(a.device) else "fresh")
+    run_all(__file__, names, a, process == "shared")
 
 
 if __name__ == "__main__":

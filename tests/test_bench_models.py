@@ -30,3 +30,23 @@ def test_seed_sakt_latency_runs_on_the_public_class():
     assert res["target_ms"] == 100.0
     assert res["median_ms"] > 0
     assert res["forward_ms_all_100_queries"] >= res["median_ms"] * 0.5
+
+
+def test_shared_process_runs_every_model_in_one_interpreter(tmp_path):
+    """`--process shared` (the CUDA default): one row per name, an unknown name an error row that
+    does not stop the rest, no per-model RSS claimed on CPU, the file written."""
+    import json
+    import subprocess
+
+    out = tmp_path / "m.json"
+    p = subprocess.run(
+        [sys.executable, "benchmarks/bench_models.py", "--models", "dkt", "no_such_model", "sakt",
+         "--batch", "2", "--len", "8", "--repeats", "1", "--process", "shared", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert [r["model"].split(" ")[0] for r in rows] == ["dkt", "no_such_model", "sakt", "SAKT"]
+    assert all(r["process"] == "shared" for r in rows)
+    assert "error" in rows[1] and "no_such_model" in rows[1]["error"]
+    assert rows[0]["train_step_s"] > 0 and "peak_rss_mb" not in rows[0]
