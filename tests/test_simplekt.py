@@ -107,6 +107,28 @@ def test_sparse_selection_ties_are_deterministic():
     assert keep.tolist() == [[True, False, True, False, False, False]]
 
 
+@pytest.mark.parametrize("k", [1, 2, 3, 5, 8, 12])
+def test_topk_keep_is_the_stable_sort_rank_below_k(k):
+    """`topk_keep` (topk, no sort) keeps exactly the keys of stable-sort rank < k, ties and short
+    rows included: weights drawn from four values so that ties are everywhere."""
+    g = torch.Generator().manual_seed(k)
+    a = torch.randint(0, 4, (3, 5, 10, 10), generator=g).double() / 4
+    mask = torch.rand(3, 1, 10, 10, generator=g) < 0.7
+    mask[0, 0, 3] = False  # a row with no readable key
+    mask = mask.expand_as(a)
+    want = mask & (reference.sparse_rank(a, mask) < k)
+    assert torch.equal(reference.topk_keep(a, mask, k), want)
+    assert (reference.topk_keep(a, mask, k).sum(-1) == mask.sum(-1).clamp(max=k)).all()
+
+
+def test_topk_keep_counts_ties_past_255_keys():
+    """Rows of 300 equal weights: the running count of ties must not wrap (uint8 below 256)."""
+    a = torch.full((2, 300), 0.5)
+    mask = torch.ones(2, 300, dtype=torch.bool)
+    keep = reference.topk_keep(a, mask, 3)
+    assert keep.sum(-1).tolist() == [3, 3] and keep[:, :3].all()
+
+
 def test_sparse_selection_never_reads_unreadable_keys():
     q, k, v, mask = _heads(seed=3)
     base_out, base_w = reference.sparse_attention(q, k, v, mask, "topk", 2, 0.0)

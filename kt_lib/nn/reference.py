@@ -126,8 +126,18 @@ def sparse_rank(a: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def topk_keep(a: torch.Tensor, mask: torch.Tensor, k: int) -> torch.Tensor:
-    """Bool [..., L, S]: the k readable keys of largest weight in each row."""
-    return mask & (sparse_rank(a, mask) < k)
+    """Bool [..., L, S]: the k readable keys of largest weight in each row, i.e.
+    `mask & (sparse_rank(a, mask) < k)` without the sort: with a_k the k-th largest readable
+    weight, the keys above a_k, then of the keys equal to a_k the earliest ones up to k."""
+    with torch.no_grad():
+        keyed = a.masked_fill(~mask, -1.0)  # weights are >= 0: unreadable keys come last
+        kk = min(k, a.shape[-1])
+        kth = keyed.topk(kk, dim=-1).values[..., -1:]  # -1 in rows with fewer than k readable
+        above = keyed > kth
+        tied = keyed == kth
+        room = kk - above.sum(-1, keepdim=True)  # how many of the tied keys fit
+        count = torch.uint8 if a.shape[-1] < 256 else torch.int32  # a narrow running count
+        return mask & (above | (tied & (tied.cumsum(-1, dtype=count) <= room)))
 
 
 def threshold_keep(a: torch.Tensor, mask: torch.Tensor, ratio: float) -> torch.Tensor:
