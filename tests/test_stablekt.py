@@ -139,3 +139,19 @@ def test_checkpointed_attention_gives_the_same_gradients():
         grads.append([p.grad for p in model.parameters()])
     for a, b in zip(*grads, strict=True):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_checkpoint_by_default_on_a_gpu_only(monkeypatch):
+    """checkpoint None (the default) recomputes the attention on CUDA tensors only; True and False
+    are obeyed on any device."""
+    import kt_lib.models.stablekt as stablekt
+
+    calls = []
+    monkeypatch.setattr(stablekt, "checkpoint", lambda f, *a, **k: calls.append(1) or f(*a))
+    batch = random_batch(6, B=2, L=5, seed=0)
+    for setting, want in ((None, 0), (False, 0), (True, 1)):
+        calls.clear()
+        model = build_model("stablekt", preset="tiny", num_c=6, checkpoint=setting).train()
+        assert model.config.checkpoint is setting
+        model.loss(model(batch), batch)["total"].backward()
+        assert len(calls) == want * model.config.n_blocks, setting
