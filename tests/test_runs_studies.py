@@ -30,6 +30,21 @@ def test_every_planned_run_is_in_the_committed_results(name):
         assert all(len(v) >= 3 for v in cells.values()), {k: len(v) for k, v in cells.items()}
 
 
+@pytest.mark.parametrize("name", ["ordinal_oulad", "simakt"])
+def test_first_n_narrows_every_cell_to_its_first_folds_with_the_same_keys(name):
+    study = studies.get(name)
+    full = {r["key"]: r for r in study.plan()}
+    first = study.first(2).plan()
+    assert first and {r["key"] for r in first} <= set(full)
+    cells: dict = {}
+    for r in first:
+        cells.setdefault((r["dataset"], r["model"]), set()).add((r["fold"], r["seed"]))
+    assert all(len(v) == 2 for v in cells.values()), cells
+    assert study.first(None) is study
+    with pytest.raises(ValueError, match="first must be >= 1"):
+        study.first(0)
+
+
 def test_plan_refuses_an_unknown_study():
     with pytest.raises(KeyError, match="the studies are"):
         studies.get("nope")

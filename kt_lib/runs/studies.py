@@ -87,6 +87,15 @@ class Study:
             verbose=True,
         )
 
+    def first(self, n: int | None) -> Study:
+        """The study narrowed to the first `n` folds (or seeds) of each cell, the same run keys:
+        `run --first 3` fills every cell's first three before any cell's fourth."""
+        if n is None:
+            return self
+        if n < 1:
+            raise ValueError(f"first must be >= 1, got {n}")
+        return dataclasses.replace(self, folds=min(n, self.folds), seeds=self.seeds[:n])
+
     @property
     def path(self) -> Path:
         return RESULTS / f"{self.name}.json"
@@ -384,6 +393,14 @@ def main(argv: list[str] | None = None) -> None:
             s.add_argument("--device", default="cpu")
             ExecConfig.add_arguments(s)
             s.add_argument("--threads", type=int, default=None, help="torch threads (one worker)")
+            s.add_argument(
+                "--first",
+                type=int,
+                default=None,
+                metavar="N",
+                help="only each cell's first N folds (seeds): every cell gets them before any "
+                "gets more",
+            )
     a = p.parse_args(argv)
     if a.cmd == "list":
         for s in STUDIES.values():
@@ -401,7 +418,10 @@ def main(argv: list[str] | None = None) -> None:
         rows, left, eta = status(study, a.data_root, a.out)
         print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
         execution = ExecConfig.from_args(a)
-        run(study, a.data_root, a.device, execution, a.out, progress=sys.stderr.isatty())
+        if a.first is not None and a.first < 1:
+            p.error(f"--first {a.first}: must be >= 1")
+        narrowed = study.first(a.first)
+        run(narrowed, a.data_root, a.device, execution, a.out, progress=sys.stderr.isatty())
     rows, left, eta = status(study, a.data_root, a.out)
     print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
     for p_ in left:
