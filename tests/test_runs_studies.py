@@ -45,6 +45,17 @@ def test_first_n_narrows_every_cell_to_its_first_folds_with_the_same_keys(name):
         study.first(0)
 
 
+def test_status_and_run_take_first_and_refuse_zero(capsys):
+    studies.main(["status", "simakt", "--first", "1"])
+    done = capsys.readouterr().out.splitlines()[0]
+    assert done.startswith("simakt: ") and " runs done, 0 left" in done
+    for cmd in ("status", "run"):
+        with pytest.raises(SystemExit) as exc:
+            studies.main([cmd, "simakt", "--first", "0"])
+        assert exc.value.code == 2
+    assert "--first 0: must be >= 1" in capsys.readouterr().err
+
+
 def test_plan_refuses_an_unknown_study():
     with pytest.raises(KeyError, match="the studies are"):
         studies.get("nope")

@@ -393,20 +393,23 @@ def main(argv: list[str] | None = None) -> None:
             s.add_argument("--device", default="cpu")
             ExecConfig.add_arguments(s)
             s.add_argument("--threads", type=int, default=None, help="torch threads (one worker)")
-            s.add_argument(
-                "--first",
-                type=int,
-                default=None,
-                metavar="N",
-                help="only each cell's first N folds (seeds): every cell gets them before any "
-                "gets more",
-            )
+        s.add_argument(
+            "--first",
+            type=int,
+            default=None,
+            metavar="N",
+            help="only each cell's first N folds (seeds): every cell gets them before any gets more",
+        )
     a = p.parse_args(argv)
     if a.cmd == "list":
         for s in STUDIES.values():
             print(f"{s.name:10s} {len(s.plan())} runs  {s.question}")
         return
     study = get(a.name)
+    if getattr(a, "first", None) is not None:
+        if a.first < 1:
+            p.error(f"--first {a.first}: must be >= 1")
+        study = study.first(a.first)
     if a.cmd == "render":
         print(render(study, a.out), end="")
         return
@@ -418,10 +421,7 @@ def main(argv: list[str] | None = None) -> None:
         rows, left, eta = status(study, a.data_root, a.out)
         print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
         execution = ExecConfig.from_args(a)
-        if a.first is not None and a.first < 1:
-            p.error(f"--first {a.first}: must be >= 1")
-        narrowed = study.first(a.first)
-        run(narrowed, a.data_root, a.device, execution, a.out, progress=sys.stderr.isatty())
+        run(study, a.data_root, a.device, execution, a.out, progress=sys.stderr.isatty())
     rows, left, eta = status(study, a.data_root, a.out)
     print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
     for p_ in left:
