@@ -398,7 +398,8 @@ def main(argv: list[str] | None = None) -> None:
             type=int,
             default=None,
             metavar="N",
-            help="only each cell's first N folds (seeds): every cell gets them before any gets more",
+            help="only each cell's first N folds (seeds): every cell gets them before any "
+            "gets more",
         )
     a = p.parse_args(argv)
     if a.cmd == "list":
