@@ -127,10 +127,11 @@ class _ReadWrite(torch.autograd.Function):
     """The whole recurrence as one autograd node: the states M^v_t go to one preallocated
     [L, B, M, Dv] tensor, the reads are one batched product after the loop, and the backward
     walks the steps in reverse (autograd over the loop would keep two [B, M, Dv] tensors and a
-    dozen nodes per step). Each step of either loop is two kernels (K_t = 1 - w_t e_t^T, then one
-    multiply-add); everything else (the add terms w_t a_t^T, the read terms w_t g_t^T, and the
-    gradients of w, e and a) is batched over steps, in chunks of CHUNK steps in the backward: on
-    a GPU the step is launch-bound, and a kernel per step costs more than the work in it.
+    dozen nodes per step). On a GPU a step of the forward loop is three kernels (K_t = 1 - w_t
+    e_t^T, the product with M^v_t, the add term w_t a_t^T) and a step of the backward two (K_t,
+    one multiply-add); the backward's read terms w_t g_t^T and the gradients of w, e and a are
+    batched over chunks of CHUNK steps: the step is launch-bound there, and a kernel per step
+    costs more than the work in it. (K_t takes three vectorised passes on CPU: `_keep`.)
     Tested against a per-student loop, outputs and gradients."""
 
     @staticmethod
