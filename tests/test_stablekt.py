@@ -155,3 +155,34 @@ def test_checkpoint_by_default_on_a_gpu_only(monkeypatch):
         assert model.config.checkpoint is setting
         model.loss(model(batch), batch)["total"].backward()
         assert len(calls) == want * model.config.n_blocks, setting
+
+
+def test_hand_written_penumbral_backward_equals_the_reference():
+    """kt_lib.nn.penumbral: values and gradients of the reference's chain, in and out of the cone,
+    with ties (repeated vectors give z_q = z_k and delta = 0, where `maximum` splits its
+    gradient), and torch's gradcheck."""
+    from kt_lib.nn import penumbral
+
+    torch.manual_seed(3)
+    q = torch.randn(2, 3, 8, 5, dtype=torch.float64)
+    k = torch.randn(2, 3, 9, 5, dtype=torch.float64)
+    k[:, :, 4] = q[:, :, 2]  # a key equal to a query: ties and a zero distance
+    k[:, :, 5] = k[:, :, 6]  # two equal keys
+    for radius, gamma in ((0.5, 0.7), (1.0, 0.1), (3.0, 1.0)):
+        qa, ka = q.clone().requires_grad_(), k.clone().requires_grad_()
+        qb, kb = q.clone().requires_grad_(), k.clone().requires_grad_()
+        want = penumbral_scores(qa, ka, radius, gamma)
+        got = penumbral.penumbral_scores(qb, kb, radius, gamma)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+        g = torch.randn_like(want)
+        for a, b in zip(
+            torch.autograd.grad((want * g).sum(), (qa, ka)),
+            torch.autograd.grad((got * g).sum(), (qb, kb)),
+            strict=True,
+        ):
+            torch.testing.assert_close(b, a, rtol=0, atol=1e-10)
+    qs = torch.randn(1, 2, 4, 3, dtype=torch.float64, requires_grad=True)
+    ks = torch.randn(1, 2, 5, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(
+        lambda a, b: penumbral.penumbral_scores(a, b, 0.5, 0.7), (qs, ks)
+    )

@@ -29,7 +29,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ..config import require
 from ..data.dataset import Batch
-from ..nn import reference
+from ..nn import penumbral, reference
 from ..nn.attention import causal_mask
 from ..nn.blocks import TransformerLayer, mlp_head
 from ..nn.embeddings import QuestionEmbedding
@@ -92,8 +92,13 @@ class StableKTConfig(BaseConfig):
         require(self.gamma >= 0, f"gamma must be >= 0, got {self.gamma}")
 
 
+def _attention(*args) -> tuple[torch.Tensor, torch.Tensor]:
+    """`reference.stable_attention` with the penumbral score's hand-written backward."""
+    return reference.stable_attention(*args, penumbral=penumbral.penumbral_scores)
+
+
 def _attention_out(*args) -> torch.Tensor:
-    return reference.stable_attention(*args)[0]
+    return _attention(*args)[0]
 
 
 class StableAttention(SharedQKAttention):
@@ -121,7 +126,7 @@ class StableAttention(SharedQKAttention):
         if ckpt and torch.is_grad_enabled() and not need_weights:
             # the same numbers (dropout draws replayed); backward recomputes the weights
             return checkpoint(_attention_out, *args, use_reentrant=False), None
-        out, w = reference.stable_attention(*args)
+        out, w = _attention(*args)
         return out, (w if need_weights else None)
 
 

@@ -264,13 +264,23 @@ def penumbral_scores(q: torch.Tensor, k: torch.Tensor, radius: float, gamma: flo
 
 
 def stable_attention(
-    q, k, v, slopes, radius: float, gamma: float, mask, dropout: float = 0.0, keep=None
+    q,
+    k,
+    v,
+    slopes,
+    radius: float,
+    gamma: float,
+    mask,
+    dropout: float = 0.0,
+    keep=None,
+    penumbral=penumbral_scores,
 ):
     """StableKT attention -> (out [B, H, L, Dh], weights [B, H, L, S] before dropout); the
-    first H // 2 heads score by dot product, the others by `penumbral_scores`; slopes [H]."""
+    first H // 2 heads score by dot product, the others by `penumbral` (this module's
+    `penumbral_scores`, or `kt_lib.nn.penumbral`'s, the same with a hand-written backward)."""
     half = q.shape[-3] // 2
     dot = q[..., :half, :, :] @ k[..., :half, :, :].mT
-    pen = penumbral_scores(q[..., half:, :, :], k[..., half:, :, :], radius, gamma)
+    pen = penumbral(q[..., half:, :, :], k[..., half:, :, :], radius, gamma)
     scores = torch.cat([dot, pen], dim=-3) / q.shape[-1] ** 0.5  # [B, H, L, S]
     L, S = scores.shape[-2:]
     i = torch.arange(L, device=q.device).unsqueeze(1)
