@@ -25,6 +25,24 @@ def _loop_reads(mem: KeyValueMemory, w, e, a, mask):
     return torch.stack(out)
 
 
+def _matches_the_loop(mem: KeyValueMemory, k, v, mask):
+    """`read_write` against `_loop_reads`: outputs at 1e-12, gradients of every parameter at
+    1e-10 (an unused one, v's when L = 1 writes nothing, as zero on both sides). -> (reads, w)."""
+    w = mem.address(k)
+    e, a = mem.signals(v)
+    fast = mem.read_write(w, e, a, mask)
+    slow = _loop_reads(mem, w, e, a, mask)
+    assert torch.allclose(fast, slow, atol=1e-12)
+    g = torch.randn_like(fast)
+    params = [k, v, mem.keys, mem.init_value, mem.erase.weight, mem.add.weight]
+    grad = dict(allow_unused=True, materialize_grads=True)
+    grads_fast = torch.autograd.grad((fast * g).sum(), params, retain_graph=True, **grad)
+    grads_slow = torch.autograd.grad((slow * g).sum(), params, **grad)
+    for gf, gs in zip(grads_fast, grads_slow, strict=True):
+        assert torch.allclose(gf, gs, atol=1e-10)
+    return fast, w
+
+
 def test_read_write_matches_a_plain_loop_outputs_and_gradients():
     torch.manual_seed(0)
     B, L, M, dk, dv = 3, 7, 4, 5, 6
@@ -34,17 +52,7 @@ def test_read_write_matches_a_plain_loop_outputs_and_gradients():
     mask = torch.ones(B, L, dtype=torch.bool)
     mask[1, 5:] = False
     mask[2, 2] = False  # a hole in the middle: that step must not write
-    w = mem.address(k)
-    e, a = mem.signals(v)
-    fast = mem.read_write(w, e, a, mask)
-    slow = _loop_reads(mem, w, e, a, mask)
-    assert torch.allclose(fast, slow, atol=1e-12)
-    g = torch.randn_like(fast)
-    params = [k, v, mem.keys, mem.init_value, mem.erase.weight, mem.add.weight]
-    grads_fast = torch.autograd.grad((fast * g).sum(), params, retain_graph=True)
-    grads_slow = torch.autograd.grad((slow * g).sum(), params)
-    for gf, gs in zip(grads_fast, grads_slow, strict=True):
-        assert torch.allclose(gf, gs, atol=1e-10)
+    fast, w = _matches_the_loop(mem, k, v, mask)
     # the read at t is taken before step t's write: r_0 is M^v_0 read by w_0 for every row
     assert torch.allclose(fast[:, 0], w[:, 0] @ mem.init_value, atol=1e-12)
 
@@ -63,19 +71,7 @@ def test_read_write_backward_across_chunk_boundaries(monkeypatch, L, chunk):
     v = torch.randn(B, L, dv, dtype=torch.float64, requires_grad=True)
     mask = torch.ones(B, L, dtype=torch.bool)
     mask[1, L // 2 :] = False
-    w = mem.address(k)
-    e, a = mem.signals(v)
-    fast = mem.read_write(w, e, a, mask)
-    slow = _loop_reads(mem, w, e, a, mask)
-    assert torch.allclose(fast, slow, atol=1e-12)
-    g = torch.randn_like(fast)
-    params = [k, v, mem.keys, mem.init_value, mem.erase.weight, mem.add.weight]
-    # L = 1 writes nothing: v's gradient is then zero on both sides
-    grad = dict(allow_unused=True, materialize_grads=True)
-    grads_fast = torch.autograd.grad((fast * g).sum(), params, retain_graph=True, **grad)
-    grads_slow = torch.autograd.grad((slow * g).sum(), params, **grad)
-    for gf, gs in zip(grads_fast, grads_slow, strict=True):
-        assert torch.allclose(gf, gs, atol=1e-10)
+    _matches_the_loop(mem, k, v, mask)
 
 
 def test_read_write_gradcheck():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .reference import PENUMBRAL_EPS
+from .reference import PENUMBRAL_EPS, penumbral_points
 
 
 def _branches(delta, zq2, zk2, r2: float):
@@ -82,8 +82,4 @@ class _LCA(torch.autograd.Function):
 
 def penumbral_scores(q: torch.Tensor, k: torch.Tensor, radius: float, gamma: float) -> torch.Tensor:
     """`reference.penumbral_scores`, the lca height through `_LCA`."""
-    zq, zk = torch.sigmoid(q[..., -1:]) * radius, torch.sigmoid(k[..., -1:]) * radius  # [..., 1]
-    uq, uk = q[..., :-1] * zq, k[..., :-1] * zk
-    sq = uq.square().sum(-1, keepdim=True) + uk.square().sum(-1).unsqueeze(-2) - 2 * uq @ uk.mT
-    delta = sq.clamp(min=1e-30).sqrt()  # [..., L, S]
-    return _LCA.apply(delta, zq, zk.mT, radius) * -gamma
+    return _LCA.apply(*penumbral_points(q, k, radius), radius) * -gamma

@@ -245,14 +245,19 @@ def folibi(q, k, v, gamma, slopes, mask, dropout: float = 0.0, keep=None):
 PENUMBRAL_EPS = 1e-6  # the authors' eps in rho and in the out-of-cone denominator
 
 
-def penumbral_scores(q: torch.Tensor, k: torch.Tensor, radius: float, gamma: float) -> torch.Tensor:
-    """P(q_i, k_j) [..., L, S] for q [..., L, Dh], k [..., S, Dh] (before the 1 / sqrt(Dh))."""
-    eps = PENUMBRAL_EPS
+def penumbral_points(q: torch.Tensor, k: torch.Tensor, radius: float):
+    """(delta [..., L, S], z_q [..., L, 1], z_k [..., 1, S]): psi of each vector, and the
+    distances |u_q - u_k| between the points."""
     zq, zk = torch.sigmoid(q[..., -1:]) * radius, torch.sigmoid(k[..., -1:]) * radius  # [..., 1]
     uq, uk = q[..., :-1] * zq, k[..., :-1] * zk  # [..., L, Dh-1], [..., S, Dh-1]
     sq = uq.square().sum(-1, keepdim=True) + uk.square().sum(-1).unsqueeze(-2) - 2 * uq @ uk.mT
-    delta = sq.clamp(min=1e-30).sqrt()  # [..., L, S]
-    zk = zk.mT  # [..., 1, S] beside zq [..., L, 1]
+    return sq.clamp(min=1e-30).sqrt(), zq, zk.mT
+
+
+def penumbral_scores(q: torch.Tensor, k: torch.Tensor, radius: float, gamma: float) -> torch.Tensor:
+    """P(q_i, k_j) [..., L, S] for q [..., L, Dh], k [..., S, Dh] (before the 1 / sqrt(Dh))."""
+    eps = PENUMBRAL_EPS
+    delta, zq, zk = penumbral_points(q, k, radius)  # zk [..., 1, S] beside zq [..., L, 1]
     rho_q = (radius**2 - zq.square() + eps).sqrt()
     rho_k = (radius**2 - zk.square() + eps).sqrt()
     inside = torch.maximum(
