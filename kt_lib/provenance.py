@@ -69,6 +69,17 @@ def cpu_cores() -> int:
         return os.cpu_count() or 1
 
 
+GPU_MARKERS = ("nvidia", "tesla", "geforce", "quadro", "radeon", "instinct", "gpu")
+
+
+def device_kind(name: str) -> str:
+    """The kind, "gpu" or "cpu", of a run's `device_name`. Runs pair within a kind: a GPU's TF32 and
+    kernels move a result systematically (the same SimAKT run: 0.7927 on an H100, 0.7897 on a
+    CPU); two CPU models differ only in rounding, which the spread over folds already holds."""
+    low = str(name).lower()
+    return "gpu" if any(m in low for m in GPU_MARKERS) else "cpu"
+
+
 def device_name(device: str = "cpu") -> str:
     """The GPU's name for a CUDA device, else the CPU model (from /proc/cpuinfo where it exists)."""
     if str(device).startswith("cuda"):

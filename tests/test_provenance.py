@@ -18,3 +18,15 @@ def test_versions_cores_and_device():
     assert found["python"].count(".") == 2 and set(provenance.PACKAGES) <= set(found)
     assert provenance.cpu_cores() >= 1
     assert provenance.device_name("cpu")
+
+
+def test_device_kind_tells_gpus_from_cpus():
+    for gpu in (
+        "NVIDIA H100 80GB HBM3",
+        "NVIDIA H200",
+        "Tesla V100-SXM2-16GB",
+        "AMD Instinct MI300X",
+    ):
+        assert provenance.device_kind(gpu) == "gpu", gpu
+    for cpu in ("AMD EPYC", "Intel(R) Xeon(R) Processor @ 2.50GHz", "arm64", ""):
+        assert provenance.device_kind(cpu) == "cpu", cpu

@@ -138,3 +138,18 @@ def test_pairs_never_cross_devices():
     assert res.n_pairs == 2 and res.mean_diff == pytest.approx(0.01)
     assert "1 pair(s) across devices left out" in res.note
     assert res.unmatched_a == 0 and res.unmatched_b == 0
+
+
+def test_two_cpu_models_pair_but_a_gpu_and_a_cpu_do_not():
+    """Studies fill over sessions on different CPUs: those runs pair (they differ by rounding);
+    a GPU run never pairs with a CPU one."""
+    devices = [("AMD EPYC", "Intel(R) Xeon(R) Processor @ 2.50GHz"), ("AMD EPYC", "AMD EPYC"),
+               ("NVIDIA H100 80GB HBM3", "AMD EPYC")]  # fmt: skip
+    rows = [
+        {"dataset": "d", "model": m, "fold": 0, "seed": s, "test_auc": v, "device_name": dev}
+        for s, (da, db) in enumerate(devices)
+        for m, v, dev in (("a", 0.80 + s / 100, da), ("b", 0.79 + s / 50, db))
+    ]
+    res = paired_comparison(pd.DataFrame(rows), "a", "b")
+    assert res.n_pairs == 2 and res.mean_diff == pytest.approx(0.005)
+    assert "1 pair(s) across devices left out" in res.note

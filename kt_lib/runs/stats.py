@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as st
 
+from ..provenance import device_kind
 from .tables import to_markdown
 
 LOWER_IS_BETTER = ("rmse", "mae", "loss", "ece", "brier")  # metric names where less is better
@@ -99,8 +100,8 @@ def paired_comparison(
         good = part[metric].notna()
         failed += int((~good).sum())
         keyed = _keys(part[good], by).assign(_value=part.loc[good, metric].astype(float).values)
-        if DEVICE in part:  # the device that made each run: pairs never cross devices
-            keyed["_device"] = part.loc[good, DEVICE].astype(str).values
+        if DEVICE in part:  # the device kind that made each run: pairs never cross kinds
+            keyed["_device"] = [device_kind(n) for n in part.loc[good, DEVICE].astype(str)]
         dup = keyed.duplicated(by, keep=False)
         if dup.any():
             raise ValueError(
@@ -144,7 +145,7 @@ def paired_comparison(
     if crossed:
         notes.append(
             f"{crossed} pair(s) across devices left out (a run and its pair must come from the "
-            "same device: CPU and GPU numbers differ by as much as the effects measured)"
+            "same device kind: CPU and GPU numbers differ by as much as the effects measured)"
         )
     if unmatched[a] or unmatched[b]:
         notes.append(f"unmatched runs: {unmatched[a]} of {a}, {unmatched[b]} of {b}")

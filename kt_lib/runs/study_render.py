@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..provenance import device_kind
 from ..published import PUBLISHED, PYKT_PAPER
 from .results import load_results
 from .stats import compare_pairs, pairs_markdown
@@ -70,11 +71,13 @@ def render(study, path: str | Path | None = None) -> str:
     present = set(runs["model"])
     pairs = [p for p in study.pairs if set(p) <= present]  # a filling study: the cells so far
     for m in metrics:
-        if pairs:
-            per = compare_pairs(runs, pairs, metric=m, per="dataset")
+        has = set(runs.loc[runs[m].notna(), "model"])
+        pairs_m = [p for p in pairs if set(p) <= has]  # e.g. no test_auc at K > 2: no table
+        if pairs_m:
+            per = compare_pairs(runs, pairs_m, metric=m, per="dataset")
             out += [f"Paired, per dataset ({m}):", pairs_markdown(per)]
             if runs["dataset"].nunique() > 1:
-                pooled = compare_pairs(runs, pairs, metric=m)
+                pooled = compare_pairs(runs, pairs_m, metric=m)
                 out += [f"Paired, pooled over datasets ({m}):", pairs_markdown(pooled)]
     hours = runs["wall_seconds"].sum() / 3600
     out.append(f"{len(runs)} runs; their wall times add up to {hours:.2f} h.")
@@ -86,9 +89,11 @@ BREAKDOWN = ("pos1-10", "pos11-50", "pos51-200", "pos201+")
 
 
 def _devices(part: pd.DataFrame) -> str:
-    """The devices of a cell's runs; a cell mixing devices says so (its spread mixes them)."""
+    """The devices of a cell's runs; a cell mixing device kinds (CPU and GPU) says so: its
+    spread mixes them. Two CPU models are one kind (they differ only in rounding)."""
     names = sorted(set(part["device_name"].astype(str)))
-    return ", ".join(names) if len(names) == 1 else "MIXED: " + ", ".join(names)
+    mixed = len({device_kind(n) for n in names}) > 1
+    return ("MIXED: " if mixed else "") + ", ".join(names)
 
 
 def published_figures(dataset: str, model: str) -> str:
