@@ -74,8 +74,8 @@ def test_every_results_block_is_the_rendering_of_its_file(name):
     assert blocks, f"no page has a <!-- study:{name} --> block"
     for page, block in blocks:
         assert block == rendered, (
-            f"{page}: the block of {name!r} differs from its results file: paste the output "
-            f"of `kt study render {name}`"
+            f"{page}: the block of {name!r} differs from its results file: run "
+            f"`kt study render {name} --write`"
         )
 
 

@@ -5,6 +5,7 @@
     kt study run simakt [--data-root ../shared/data] [--device cuda]
                                         [--workers 4] [--threads 1]
     kt study render simakt                   # the README's block, from the file
+    kt study render simakt --write           # ... written into README.md and docs/*.md
     kt leaderboard results/simakt.json --pairs simakt_pwd:dtransformer ...
 
 A study is a list of parts (datasets x models) that share one training recipe, one preset and one
@@ -32,7 +33,7 @@ from .leaderboard import run_plan
 from .plan import LeaderboardPlan
 from .results import read_runs
 from .spec import ModelSettings
-from .study_render import render
+from .study_render import render, write_blocks
 
 RESULTS = ROOT / "results"
 CHECKPOINTS = ROOT / "runs" / "checkpoints"  # git-ignored: per-run epoch checkpoints of studies
@@ -384,6 +385,11 @@ def main(argv: list[str] | None = None) -> None:
     r = sub.add_parser("render", help="the README block of a study, from its results file")
     r.add_argument("name", choices=sorted(STUDIES))
     r.add_argument("--out", default=None, help="results file (default results/<name>.json)")
+    r.add_argument(
+        "--write",
+        action="store_true",
+        help="replace the study's <!-- study:NAME --> blocks in README.md and docs/*.md",
+    )
     for cmd in ("status", "run"):
         s = sub.add_parser(cmd)
         s.add_argument("name", choices=sorted(STUDIES))
@@ -412,7 +418,13 @@ def main(argv: list[str] | None = None) -> None:
             p.error(f"--first {a.first}: must be >= 1")
         study = study.first(a.first)
     if a.cmd == "render":
-        print(render(study, a.out), end="")
+        text = render(study, a.out)
+        if not a.write:
+            print(text, end="")
+            return
+        pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+        for page in write_blocks(study.name, text, pages):
+            print(f"wrote {page.relative_to(ROOT)}")
         return
     if a.cmd == "run":
         if a.threads:

@@ -4,10 +4,12 @@ It reads a `runs.studies.Study` without importing that module (studies imports t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
 
+from ..fileio import atomic_write_text
 from ..provenance import device_kind
 from ..published import PUBLISHED, PYKT_PAPER
 from .results import load_results
@@ -104,3 +106,20 @@ def published_figures(dataset: str, model: str) -> str:
         if p.dataset == dataset and p.model == model
     ]
     return "; ".join(found) or "-"
+
+
+def write_blocks(name: str, text: str, pages: list[Path]) -> list[Path]:
+    """Replace the `<!-- study:NAME -->` blocks of `pages` with `text` (atomic writes); the
+    pages that changed. A study without any block on the pages is an error naming them."""
+    pattern = re.compile(rf"(<!-- study:{name} -->\n)(.*?)(<!-- /study:{name} -->)", re.S)
+    changed, found = [], False
+    for page in pages:
+        old = page.read_text(encoding="utf-8")
+        found |= bool(pattern.search(old))
+        new = pattern.sub(lambda m: m.group(1) + text + m.group(3), old)
+        if new != old:
+            atomic_write_text(page, new)
+            changed.append(page)
+    if not found:
+        raise ValueError(f"no <!-- study:{name} --> block in {[str(p) for p in pages]}")
+    return changed
