@@ -4,7 +4,6 @@ README's Python example runs."""
 
 from __future__ import annotations
 
-import functools
 import re
 import subprocess
 import sys
@@ -45,15 +44,52 @@ def commands() -> list[tuple[str, str, str]]:
     return found
 
 
-@functools.cache
+# Runs `python TARGET [SUB ...] --help` for many commands in one interpreter (one torch import,
+# not one per command): each as `python -m` / `python script.py` would, exit code and output kept.
+_HELP_RUNNER = r"""
+import contextlib, io, json, os, runpy, sys
+found = {}
+for target, *sub in json.load(sys.stdin):
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    words = target.split()  # "-m MODULE [SUB]" or "SCRIPT"
+    module = words[1] if words[0] == "-m" else None
+    sys.argv = [module or target, *words[2 if module else 1:], *sub, "--help"]
+    path = list(sys.path)
+    if module is None:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            if module:
+                runpy.run_module(module, run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(target, run_name="__main__")
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException as exc:
+        code, _ = 1, err.write(f"{type(exc).__name__}: {exc}")
+    sys.path[:] = path
+    found[" ".join([target, *sub])] = [code, out.getvalue(), err.getvalue()]
+json.dump(found, sys.__stdout__)
+"""
+_HELP: dict[str, str] = {}
+
+
+def fetch_help(keys: set[tuple[str, ...]]) -> None:
+    """Fill `_HELP` with the --help text of each (target, *sub) not yet in it."""
+    todo = sorted(k for k in keys if " ".join(k) not in _HELP)
+    if not todo:
+        return
+    import json
+
+    out = subprocess.run([sys.executable, "-c", _HELP_RUNNER], cwd=ROOT, input=json.dumps(todo),
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    for key, (code, text, err) in json.loads(out.stdout).items():
+        _HELP[key] = f"FAILED: `python {key} --help`: {err.strip()[-300:]}" if code else text
+
+
 def help_text(target: str, sub: tuple[str, ...] = ()) -> str:
-    argv = target.split() if target.startswith("-m") else [target]
-    out = subprocess.run(
-        [sys.executable, *argv, *sub, "--help"], cwd=ROOT, capture_output=True, text=True
-    )
-    if out.returncode:
-        return f"FAILED: `python {target} {' '.join(sub)} --help`: {out.stderr.strip()[-300:]}"
-    return out.stdout
+    fetch_help({(target, *sub)})
+    return _HELP[" ".join([target, *sub])]
 
 
 def subcommands(target: str, words: list[str]) -> tuple[str, ...]:
@@ -91,6 +127,8 @@ def test_commands_name_modules_and_flags_that_exist():
     pages: the module or script answers --help, and every flag used is in that help."""
     cmds = commands()
     assert len(cmds) >= 10, cmds
+    fetch_help({(target,) for _, target, _ in cmds})  # two interpreters in all, not one a command
+    fetch_help({(t, *subcommands(t, args.split())) for _, t, args in cmds})
     bad = []
     for page, target, args in cmds:
         words = args.split()
