@@ -3,35 +3,33 @@ forms that run the same code."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import functools
 
 import pytest
+from cli_helpers import run_many
 
 from kt_lib.cli import COMMANDS, main
-from kt_lib.provenance import ROOT
+
+FORMS = [
+    (("kt_lib.cli", "run", "--help"), "--data-format"),
+    (("kt_lib.cli", "leaderboard", "results/ordinal.json", "--no-published"), "| assist2009 |"),
+    (("kt_lib.cli", "study", "list"), "ordinal"),
+    (("kt_lib.runs.experiment", "--help"), "--data-format"),
+    (("kt_lib.runs.studies", "list"), "ordinal"),
+]
 
 
-def run(*args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+@functools.cache
+def ran() -> dict[tuple[str, ...], tuple[int, str, str]]:
+    """Each form as `python -m ...`, all in one fresh interpreter."""
+    return dict(zip([a for a, _ in FORMS], run_many([["-m", *a] for a, _ in FORMS]), strict=True))
 
 
-@pytest.mark.parametrize(
-    "args, expected",
-    [
-        (("kt_lib.cli", "run", "--help"), "--data-format"),
-        (("kt_lib.cli", "leaderboard", "results/ordinal.json", "--no-published"), "| assist2009 |"),
-        (("kt_lib.cli", "study", "list"), "ordinal"),
-        (("kt_lib.runs.experiment", "--help"), "--data-format"),
-        (("kt_lib.runs.studies", "list"), "ordinal"),
-    ],
-)
+@pytest.mark.parametrize("args, expected", FORMS)
 def test_kt_subcommands_and_python_m_forms(args, expected):
-    assert expected in run(*args)
+    code, out, err = ran()[args]
+    assert code == 0, err
+    assert expected in out
 
 
 def test_kt_help_lists_every_subcommand_and_each_answers_help(capsys):

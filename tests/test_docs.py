@@ -5,11 +5,11 @@ README's Python example runs."""
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_many
 
 from kt_lib.runs import studies
 
@@ -44,46 +44,16 @@ def commands() -> list[tuple[str, str, str]]:
     return found
 
 
-# Runs `python TARGET [SUB ...] --help` for many commands in one interpreter (one torch import,
-# not one per command): each as `python -m` / `python script.py` would, exit code and output kept.
-_HELP_RUNNER = r"""
-import contextlib, io, json, os, runpy, sys
-found = {}
-for target, *sub in json.load(sys.stdin):
-    out, err, code = io.StringIO(), io.StringIO(), 0
-    words = target.split()  # "-m MODULE [SUB]" or "SCRIPT"
-    module = words[1] if words[0] == "-m" else None
-    sys.argv = [module or target, *words[2 if module else 1:], *sub, "--help"]
-    path = list(sys.path)
-    if module is None:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            if module:
-                runpy.run_module(module, run_name="__main__", alter_sys=True)
-            else:
-                runpy.run_path(target, run_name="__main__")
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException as exc:
-        code, _ = 1, err.write(f"{type(exc).__name__}: {exc}")
-    sys.path[:] = path
-    found[" ".join([target, *sub])] = [code, out.getvalue(), err.getvalue()]
-json.dump(found, sys.__stdout__)
-"""
 _HELP: dict[str, str] = {}
 
 
 def fetch_help(keys: set[tuple[str, ...]]) -> None:
-    """Fill `_HELP` with the --help text of each (target, *sub) not yet in it."""
+    """Fill `_HELP` with the --help text of each (target, *sub) not yet in it, all in one
+    interpreter (tests/cli_helpers.py)."""
     todo = sorted(k for k in keys if " ".join(k) not in _HELP)
-    if not todo:
-        return
-    import json
-
-    out = subprocess.run([sys.executable, "-c", _HELP_RUNNER], cwd=ROOT, input=json.dumps(todo),
-                         capture_output=True, text=True, check=True)  # fmt: skip
-    for key, (code, text, err) in json.loads(out.stdout).items():
+    results = run_many([[*k[0].split(), *k[1:], "--help"] for k in todo])
+    for key, (code, text, err) in zip(todo, results, strict=True):
+        key = " ".join(key)
         _HELP[key] = f"FAILED: `python {key} --help`: {err.strip()[-300:]}" if code else text
 
 
