@@ -30,10 +30,16 @@ reports: env
 notebooks: env
 	$(BIN)/kt report run --inplace $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
 
+# pytest and nbval side by side, one thread each (two cores: one each); nbval's report is printed
+# after pytest's, and the target fails if either fails.
+NBVAL := --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider notebooks/
 test: env
-	$(BIN)/python -m pytest -q tests
-	$(BIN)/python -m pytest -q --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg \
-		-p no:cacheprovider notebooks/
+	@log=$$(mktemp); export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; \
+	$(BIN)/python -m pytest -q $(NBVAL) > $$log 2>&1 & nb=$$!; \
+	trap 'kill $$nb 2>/dev/null' INT TERM; \
+	$(BIN)/python -m pytest -q tests; t=$$?; \
+	wait $$nb; n=$$?; echo "== notebooks (nbval, run beside pytest)"; cat $$log; rm -f $$log; \
+	test $$t -eq 0 -a $$n -eq 0
 
 test-fast: env
 	$(BIN)/python -m pytest -q -m "not slow" tests

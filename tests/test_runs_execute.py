@@ -69,8 +69,9 @@ def test_worker_processes_give_the_same_rows(bundle, serial):
 
 
 @pytest.mark.slow  # starting Ray takes 10-20 s
-def test_ray_gives_the_same_rows(bundle, serial):
+def test_ray_gives_the_same_rows(bundle, serial, monkeypatch):
     ray = pytest.importorskip("ray")
+    monkeypatch.setenv("RAY_agent_register_timeout_ms", "120000")  # as kt_lib's own init does
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         with pytest.warns(RuntimeWarning, match="2 of 6 runs failed"):

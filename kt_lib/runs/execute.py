@@ -22,6 +22,7 @@ can build their rows in plan order whatever the executor.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import traceback
 import warnings
@@ -243,7 +244,8 @@ def _ray(
     if not ray.is_initialized():  # left running for the next grid; a caller's init is kept
         if ray_address:
             ray.init(address=ray_address)
-        else:
+        else:  # a loaded 2-core machine starts Ray's agents slowly: wait 2 min for them
+            os.environ.setdefault("RAY_agent_register_timeout_ms", "120000")
             ray.init(include_dashboard=False, log_to_driver=False)
     remote = ray.remote(_run_remote).options(num_cpus=threads, num_gpus=gpus_per_run)
     shared = ray.put(bundle) if bundle is not None else None
