@@ -1,4 +1,6 @@
-"""Reference models (BKT, IRT) behind one interface; modules register themselves on import."""
+"""Reference models (BKT, IRT) behind one interface; modules register themselves on import.
+gpcm_mml.py is a calibration routine (GPCM items by marginal maximum likelihood), not a registered
+reference."""
 
 import importlib
 import pkgutil
