@@ -116,3 +116,25 @@ def test_a_killed_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
     assert len(resumed) == 1 and not resumed[0].get("error")
     for key in ("test_auc", "test_acc", "test_rmse", "best_epoch"):
         assert resumed[0][key] == whole[key], key
+
+
+def test_cells_cost_a_left_run_from_its_cell_then_its_model_then_every_run():
+    rows = [
+        {"dataset": "a", "model": "dkt", "wall_seconds": 60},
+        {"dataset": "a", "model": "dkt", "wall_seconds": 180},
+        {"dataset": "b", "model": "akt", "wall_seconds": 600},
+    ]
+    left = [
+        {"dataset": "a", "model": "dkt"},  # measured: 2 min
+        {"dataset": "b", "model": "dkt"},  # dkt elsewhere: 2 min
+        {"dataset": "b", "model": "sakt"},  # nothing of sakt: the mean of all, 4.67 min
+        {"dataset": "b", "model": "sakt"},
+    ]
+    got = {(c["dataset"], c["model"]): c for c in studies.cells(rows, left)}
+    assert [k for k in got] == [("a", "dkt"), ("b", "dkt"), ("b", "sakt"), ("b", "akt")]
+    assert (got["a", "dkt"]["done"], got["a", "dkt"]["left"]) == (2, 1)
+    assert got["a", "dkt"]["basis"] == "measured" and got["a", "dkt"]["run_min"] == 2
+    assert got["b", "dkt"]["basis"] == "model" and got["b", "dkt"]["run_min"] == 2
+    assert got["b", "sakt"]["basis"] == "guess"
+    assert got["b", "sakt"]["hours_left"] == pytest.approx(2 * 280 / 3600)
+    assert got["b", "akt"]["left"] == 0 and got["b", "akt"]["hours_left"] == 0

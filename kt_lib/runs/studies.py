@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import sys
 from pathlib import Path
@@ -317,26 +318,45 @@ def get(name: str) -> Study:
 
 def status(study: Study, data_root: str | Path = DATA_ROOT, path: str | Path | None = None):
     """(done rows, left plan entries, ETA seconds, or None before any run has finished). A left
-    run costs its model's mean wall time on that dataset, else the model's mean, else the mean of
-    every finished run (a rough guess until the model's first run lands)."""
+    run costs `run_cost` (see there)."""
     rows = [r for r in read_runs(path or study.path) if not r.get("error")]
     have = {r["run_key"] for r in rows if r.get("run_key")}
-    plan = study.plan(data_root)
-    left = [p for p in plan if p["key"] not in have]
-    walls: dict[tuple, list[float]] = {}
-    for r in rows:
-        wall = float(r.get("wall_seconds") or 0)
-        for key in ((r["dataset"], r["model"]), (r["model"],), ()):
-            walls.setdefault(key, []).append(wall)
+    left = [p for p in study.plan(data_root) if p["key"] not in have]
     if not rows:
         return rows, left, None
-    eta = 0.0
-    for p in left:
-        for key in ((p["dataset"], p["model"]), (p["model"],), ()):
-            if key in walls:
-                eta += sum(walls[key]) / len(walls[key])
-                break
-    return rows, left, eta
+    return rows, left, sum(run_cost(rows, p["dataset"], p["model"])[0] for p in left)
+
+
+def run_cost(rows: list[dict], dataset: str, model: str) -> tuple[float, str]:
+    """(seconds, basis) a run of `model` on `dataset` costs: the mean wall time of its cell's
+    finished runs ("measured"), else of the model's on other datasets ("model"), else of every
+    finished run ("guess": rough until the model's first run lands)."""
+    for basis, same in (
+        ("measured", lambda r: (r["dataset"], r["model"]) == (dataset, model)),
+        ("model", lambda r: r["model"] == model),
+        ("guess", lambda r: True),
+    ):
+        walls = [float(r.get("wall_seconds") or 0) for r in rows if same(r)]
+        if walls:
+            return sum(walls) / len(walls), basis
+    return math.nan, "guess"
+
+
+def cells(rows: list[dict], left: list[dict]) -> list[dict]:
+    """Per (dataset, model) cell: runs done and left, the cost of one run and its basis, and the
+    hours left, in plan order (cells with nothing left last)."""
+    order = list(dict.fromkeys([(p["dataset"], p["model"]) for p in left]
+                               + [(r["dataset"], r["model"]) for r in rows]))  # fmt: skip
+    out = []
+    for dataset, model in order:
+        n_left = sum((p["dataset"], p["model"]) == (dataset, model) for p in left)
+        cost, basis = run_cost(rows, dataset, model) if rows else (math.nan, "guess")
+        done = sum((r["dataset"], r["model"]) == (dataset, model) for r in rows)
+        out.append(
+            dict(dataset=dataset, model=model, done=done, left=n_left, run_min=cost / 60,
+                 basis=basis, hours_left=n_left * cost / 3600)
+        )  # fmt: skip
+    return out
 
 
 def run(
@@ -437,8 +457,14 @@ def main(argv: list[str] | None = None) -> None:
         run(study, a.data_root, a.device, execution, a.out, progress=sys.stderr.isatty())
     rows, left, eta = status(study, a.data_root, a.out)
     print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
-    for p_ in left:
-        print(f"  left: {p_['dataset']} {p_['model']} fold={p_['fold']} seed={p_['seed']}")
+    print(f"{'dataset':14s} {'model':26s} {'done':>4s} {'left':>4s} {'min/run':>8s} {'h left':>7s}")
+    for c in cells(rows, left):
+        cost = "-" if math.isnan(c["run_min"]) else f"{c['run_min']:.0f}"
+        hours = "-" if math.isnan(c["hours_left"]) else f"{c['hours_left']:.1f}"
+        print(f"{c['dataset']:14s} {c['model']:26s} {c['done']:4d} {c['left']:4d} {cost:>8s} "
+              f"{hours:>7s}  {c['basis'] if c['left'] else ''}")  # fmt: skip
+    for p_ in left[:5]:
+        print(f"  next: {p_['dataset']} {p_['model']} fold={p_['fold']} seed={p_['seed']}")
 
 
 if __name__ == "__main__":
