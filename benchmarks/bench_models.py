@@ -8,7 +8,8 @@
 Setting (issue 2): B=64, L=200, paper preset (d=256 where the model has it), 100 skills, no
 problem ids; plus seed 004's latency case for the public SAKT class (batch 32, sequence 100,
 forward; section 8.3: under 100 ms on CPU, under 10 ms on `--device cuda`): its JSON has the
-median latency `median_ms`, `target_ms` and `meets_target` (`--models seed_sakt` runs it alone).
+median latency `median_ms`, `target_ms` and `meets_target`. It runs with every model (no
+`--models`) or when named (`--models seed_sakt` runs it alone).
 `--device` (default cpu) holds the model, the batch and the timing; `--precision` (fp32, tf32,
 bf16; default the device's: tf32 on CUDA, fp32 elsewhere) and `--backend` (attention backend
 reference | cpu | cuda; default by device) wrap everything in `kt_lib.runtime.precision_context`
@@ -303,9 +304,7 @@ def main() -> None:
         return
     from kt_lib.models import list_models
 
-    names = a.models or list_models()
-    if "seed_sakt" not in names:
-        names = [*names, "seed_sakt"]
+    names = a.models or [*list_models(), "seed_sakt"]
     process = a.process or ("shared" if is_cuda(a.device) else "fresh")
     run_all(__file__, names, a, process == "shared")
 

@@ -207,10 +207,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name, cmd, limit in steps(a.device, quick, Path(a.data_dir), tmp, a.zoo, a.pykt_src):
         left = int(a.budget - (time.perf_counter() - t_start))
+        why = None
         if left < 5:
-            spent = f"skipped: the {a.budget:g} s budget was spent"
+            why = f"skipped: the {a.budget:g} s budget was spent"
+        elif name == "cuda tests" and not a.device.startswith("cuda"):
+            why = f"skipped: --device {a.device} (the cuda-marked tests need a CUDA device)"
+        if why:
             res = {"step": name, "argv": cmd[1:], "rc": None, "seconds": 0.0, "results": [],
-                   "status": spent, "tail": ""}  # fmt: skip
+                   "status": why, "tail": ""}  # fmt: skip
         else:
             print(f"== {name} (at most {min(limit, left)} s)", flush=True)
             res = run_step(name, cmd, min(limit, left))

@@ -46,7 +46,8 @@ def test_shared_process_runs_every_model_in_one_interpreter(tmp_path):
     )  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
     rows = json.loads(out.read_text())
-    assert [r["model"].split(" ")[0] for r in rows] == ["dkt", "no_such_model", "sakt", "SAKT"]
+    # named models only: seed 004's SAKT latency case joins a run of every model, or when named
+    assert [r["model"] for r in rows] == ["dkt", "no_such_model", "sakt"]
     assert all(r["process"] == "shared" for r in rows)
     assert "error" in rows[1] and "no_such_model" in rows[1]["error"]
     assert rows[0]["train_step_s"] > 0 and "peak_rss_mb" not in rows[0]

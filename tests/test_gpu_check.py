@@ -22,6 +22,7 @@ def test_gpu_check_runs_on_cpu_at_tiny_sizes(tmp_path):
     status = {s["step"]: s["status"] for s in report["steps"]}
     assert set(status) == {"cuda tests", "models", "models bf16", "peers", "train"}
     assert all(v == "ok" or v.startswith("skipped") for v in status.values()), status
+    assert status["cuda tests"].startswith("skipped: --device cpu")
     models = {r["model"] for s in report["steps"] if s["step"] == "models" for r in s["results"]}
     assert {"akt", "dtransformer"} <= models
     trained = [r for s in report["steps"] if s["step"] == "train" for r in s["results"]]
