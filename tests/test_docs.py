@@ -51,6 +51,8 @@ def fetch_help(keys: set[tuple[str, ...]]) -> None:
     """Fill `_HELP` with the --help text of each (target, *sub) not yet in it, all in one
     interpreter (tests/cli_helpers.py)."""
     todo = sorted(k for k in keys if " ".join(k) not in _HELP)
+    if not todo:
+        return
     results = run_many([[*k[0].split(), *k[1:], "--help"] for k in todo])
     for key, (code, text, err) in zip(todo, results, strict=True):
         key = " ".join(key)
