@@ -22,7 +22,7 @@ from torch import nn
 
 from ..config import require
 from ..data.dataset import Batch
-from ..nn.attention import causal_mask
+from ..nn.attention import MonotonicWeights, causal_mask
 from ..nn.blocks import mlp_head
 from ..nn.embeddings import RaschEmbedded, RaschEmbedding
 from ..nn.monotonic import MonotonicLayer
@@ -95,10 +95,13 @@ class AKT(KTModel):
         return enc + ret
 
     def decay_rates(self) -> dict[str, torch.Tensor]:
-        """Layer name -> per-head decay rate softplus(gamma) [H]."""
+        """Layer name -> per-head decay rate softplus(gamma) [H], for the layers whose attention
+        decays (all of AKT's; none where a variant's attention has no decay)."""
         layers = [*self.encoder, *self.retriever]
         return {
-            n: m.attn.decay_rates().cpu() for n, m in zip(self.layer_names(), layers, strict=True)
+            n: m.attn.decay_rates().cpu()
+            for n, m in zip(self.layer_names(), layers, strict=True)
+            if hasattr(m.attn, "decay_rates")
         }
 
     def trunk(self, batch: Batch, need_weights: bool = False) -> AKTState:
@@ -112,8 +115,10 @@ class AKT(KTModel):
 
         def keep(w) -> None:
             name = next(names)
-            if w is not None:
+            if isinstance(w, MonotonicWeights):
                 maps[name], maps[f"{name}/undecayed"] = w.decayed, w.undecayed
+            elif w is not None:  # an attention without decay: its weights alone
+                maps[name] = w
 
         y = emb.y
         for layer in self.encoder:
