@@ -84,6 +84,9 @@ class AKT(KTModel):
         # even index: question self-attention (no FFN); odd: cross-attention to encoded y (+ FFN)
         self.retriever = nn.ModuleList([layer(i % 2 == 1) for i in range(2 * c.n_blocks)])
         self.out = mlp_head(2 * c.d, (c.final_fc_dim, c.final_fc_dim2), c.dropout)
+        # applied to x and to y before the encoder and the retriever, [B, L, D] -> [B, L, D]
+        # (the prediction MLP reads the unfiltered x); AKT's is the identity, a variant swaps it
+        self.prefilter: nn.Module = nn.Identity()
 
     def layer_names(self) -> list[str]:
         """Names used for attention maps and decay rates, in forward order."""
@@ -120,11 +123,11 @@ class AKT(KTModel):
             elif w is not None:  # an attention without decay: its weights alone
                 maps[name] = w
 
-        y = emb.y
+        y = self.prefilter(emb.y)
         for layer in self.encoder:
             y, w = layer(y, y, y, incl, need_weights)
             keep(w)
-        x = emb.x
+        x = self.prefilter(emb.x)
         for i, layer in enumerate(self.retriever):
             if i % 2 == 0:
                 x, w = layer(x, x, x, incl, need_weights)
