@@ -12,8 +12,8 @@ otherwise). A model of ours not registered, or whose pyKT model the installed wh
 (simpleKT, DIMKT, AT-DKT, ... live only in pyKT's repository), gets a row with `skipped` and the
 reason, so models registered later are benchmarked with no edit. `--pykt-src` names a checkout's
 pykt/models: the repository-only models (peer_models.SIZED) are then built from its files (their
-rows' `pykt` is `--src-label`), the wheel's from the wheel; CL4KT is in neither. stableKT and
-foliBiKT import einops (not a project dependency: put it on PYTHONPATH).
+rows' `pykt` is `--src-label`), the wheel's from the wheel; CL4KT is in neither. stableKT,
+foliBiKT and extraKT import einops (not a project dependency: put it on PYTHONPATH).
 
 Setting: B=64, L=200, 100 skills, one batch of `kt_lib.audit.random_batch` (seed 0, full rows)
 fed to both; no problem ids, except for the models that need them (qdkt, dimkt, atdkt: 1000
@@ -154,7 +154,7 @@ def bench_pair(
     peer = SHARED[name]
     mods = load_theirs(name, device, src)
     num_pid = NUM_PID if peer.needs_pid else 0
-    # stableKT, foliBiKT and DIMKT call .cuda() unconditionally: a no-op without CUDA
+    # stableKT, foliBiKT, extraKT and DIMKT call .cuda() unconditionally: a no-op without CUDA
     with on_device(device, precision, backend) as prec, cuda_calls_in_place(peer.pykt):
         ours, batch, m_ours = time_ours(name, repeats, device, None, b, n, num_pid)
         config = {k: v for k, v in dataclasses.asdict(ours.config).items() if k not in IGNORED}

@@ -203,7 +203,7 @@ def build(name: str, mods: dict, nc: int = NC, nq: int = NQ, n: int = L, device=
 
 
 # the repository-only models bench_peers builds at its sizes (peer_zoo's table names them)
-SIZED = ("simplekt", "sparsekt", "stablekt", "folibikt", "dimkt", "atdkt")
+SIZED = ("simplekt", "sparsekt", "stablekt", "folibikt", "extrakt", "robustkt", "dimkt", "atdkt")
 
 
 def build_repo(name: str, mods: dict, nc: int = NC, nq: int = NQ, n: int = L, **sizes):
@@ -220,10 +220,10 @@ def build_repo(name: str, mods: dict, nc: int = NC, nq: int = NQ, n: int = L, **
         return m.sparseKT(nc, nq, seq_len=n, **{**attn, **kw, **sizes})
     if name == "folibikt":
         return m.folibiKT(nc, nq, **{**attn, "emb_type": "qid_alibi", **sizes})
-    if name == "extrakt":
-        return m.extraKT(NC, NQ, D, 2, **attn)
+    if name == "extrakt":  # emb_type "qid": ALiBi's bias, no decay
+        return m.extraKT(nc, nq, seq_len=n, **{**attn, **sizes})
     if name == "robustkt":
-        return m.Robustkt(NC, NQ, D, 2, **attn)
+        return m.Robustkt(nc, nq, **{**attn, **sizes})
     if name == "dtransformer":
         kw = {"n_know": 4, "n_blocks": 3, "emb_type": "qid_cl", "proj": True}
         return m.DTransformer(NC, NQ, D, D, num_attn_heads=2, dropout=0.1, **kw)

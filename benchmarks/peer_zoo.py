@@ -93,6 +93,16 @@ SHARED: dict[str, Peer] = {
                      fixed={"emb_type": "qid_alibi"},
                      note="n_pid 0 (no problem ids, no Rasch term on either side); pyKT's second "
                      "output layer is fixed at 256 (ours: final_fc_dim2)"),
+    "extrakt": Peer("extrakt", {**_ATTN, "kq_same": (("kq_same",), 1), "l2": (("l2",), 1e-5)},
+                    note="n_pid 0 (no problem ids, no Rasch term on either side); pyKT's second "
+                    "output layer is fixed at 256 (ours: final_fc_dim2); pyKT builds decay rates "
+                    "(unread under emb_type qid) and an FFN in each question layer (never run); "
+                    "extrakt.py calls .cuda() unconditionally: a no-op on CPU here"),
+    "robustkt": Peer("robustkt", {**_ATTN, "kq_same": (("kq_same",), 1), "l2": (("l2",), 1e-5),
+                                  "ks": (("window",), 5)},
+                     note="n_pid 0 (no problem ids, no Rasch term on either side); pyKT's second "
+                     "output layer is fixed at 256 (ours: final_fc_dim2); pyKT builds an FFN in "
+                     "each question layer (never run)"),
     "stablekt": Peer("stablekt", {**_ATTN, "final_fc_dim2": (("final_fc_dim2",), 256),
                                   "r": (("radius",), 0.5), "gamma": (("gamma",), 0.7)},
                      note="n_pid 0 (no problem ids, no difficulty on either side); pyKT's "

@@ -22,7 +22,7 @@ from torch import nn
 
 from ..config import require
 from ..data.dataset import Batch
-from ..nn.attention import causal_mask
+from ..nn.attention import MonotonicWeights, causal_mask
 from ..nn.blocks import mlp_head
 from ..nn.embeddings import RaschEmbedded, RaschEmbedding
 from ..nn.monotonic import MonotonicLayer
@@ -84,6 +84,9 @@ class AKT(KTModel):
         # even index: question self-attention (no FFN); odd: cross-attention to encoded y (+ FFN)
         self.retriever = nn.ModuleList([layer(i % 2 == 1) for i in range(2 * c.n_blocks)])
         self.out = mlp_head(2 * c.d, (c.final_fc_dim, c.final_fc_dim2), c.dropout)
+        # applied to x and to y before the encoder and the retriever, [B, L, D] -> [B, L, D]
+        # (the prediction MLP reads the unfiltered x); AKT's is the identity, a variant swaps it
+        self.prefilter: nn.Module = nn.Identity()
 
     def layer_names(self) -> list[str]:
         """Names used for attention maps and decay rates, in forward order."""
@@ -95,10 +98,13 @@ class AKT(KTModel):
         return enc + ret
 
     def decay_rates(self) -> dict[str, torch.Tensor]:
-        """Layer name -> per-head decay rate softplus(gamma) [H]."""
+        """Layer name -> per-head decay rate softplus(gamma) [H], for the layers whose attention
+        decays (all of AKT's; none where a variant's attention has no decay)."""
         layers = [*self.encoder, *self.retriever]
         return {
-            n: m.attn.decay_rates().cpu() for n, m in zip(self.layer_names(), layers, strict=True)
+            n: m.attn.decay_rates().cpu()
+            for n, m in zip(self.layer_names(), layers, strict=True)
+            if hasattr(m.attn, "decay_rates")
         }
 
     def trunk(self, batch: Batch, need_weights: bool = False) -> AKTState:
@@ -112,14 +118,16 @@ class AKT(KTModel):
 
         def keep(w) -> None:
             name = next(names)
-            if w is not None:
+            if isinstance(w, MonotonicWeights):
                 maps[name], maps[f"{name}/undecayed"] = w.decayed, w.undecayed
+            elif w is not None:  # an attention without decay: its weights alone
+                maps[name] = w
 
-        y = emb.y
+        y = self.prefilter(emb.y)
         for layer in self.encoder:
             y, w = layer(y, y, y, incl, need_weights)
             keep(w)
-        x = emb.x
+        x = self.prefilter(emb.x)
         for i, layer in enumerate(self.retriever):
             if i % 2 == 0:
                 x, w = layer(x, x, x, incl, need_weights)

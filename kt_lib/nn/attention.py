@@ -4,8 +4,8 @@
 Masks are boolean, True = the query may read that key, built on the input's device.
 Each attention states its math once in kt_lib.nn.reference and lets a backend compute it
 (kt_lib.nn.backend: `reference`, `cpu` or `cuda`; by default the tensors' device decides):
-- `attend`: scaled dot-product attention (SAKT, the shared transformer layers, iKT3, the ordinal
-  mechanisms);
+- `attend`: scaled dot-product attention, with an optional fixed additive score bias (SAKT, the
+  shared transformer layers, iKT3, the ordinal mechanisms; extraKT's linear bias);
 - `monotonic_attention`: AKT's attention with context-aware distance decay (AKT, iDKT,
   DTransformer, SimAKT's intra-student heads);
 - `slot_attention`: DTransformer's Block 4 (knowledge-slot queries over the strict past).
@@ -45,19 +45,22 @@ def attend(
     mask: torch.Tensor | None,
     dropout: float = 0.0,
     need_weights: bool = False,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Scaled dot-product attention -> (out [B, H, L, Dh], weights [B, H, L, S] if asked).
 
     q [B, H, L, Dh], k/v [B, H, S, Dh], mask broadcastable to [B, H, L, S]; `dropout` applies to
-    the weights (training). Returned weights are before dropout.
+    the weights (training); `bias`, broadcastable to [B, H, L, S], is added to the scores (a
+    fixed bias such as ALiBi's: no gradient reaches it on the fast backends). Returned weights
+    are before dropout.
     """
     if mask is not None:
         mask = mask.to(torch.bool)
     backend = choose(q)
     if need_weights or backend == "reference":
-        out, w = reference.attention(q, k, v, mask, dropout)
+        out, w = reference.attention(q, k, v, mask, dropout, bias=bias)
         return out, (w if need_weights else None)
-    out = (cpu if backend == "cpu" else cuda).attention(q, k, v, mask, dropout)
+    out = (cpu if backend == "cpu" else cuda).attention(q, k, v, mask, dropout, bias)
     if mask is not None:
         out = out * mask.any(-1, keepdim=True).to(out.dtype)
     return out, None

@@ -293,8 +293,9 @@ class _DropoutAttention(torch.autograd.Function):
 
     @staticmethod
     @without_autocast
-    def forward(ctx, q, k, v, mask, p: float):
-        # q [B, H, L, Dh] k/v [B, H, S, Dh]; mask None or bool broadcastable to [B, H, L, S]
+    def forward(ctx, q, k, v, mask, p: float, extra=None):
+        # q [B, H, L, Dh] k/v [B, H, S, Dh]; mask None or bool broadcastable to [B, H, L, S];
+        # extra None or a fixed additive score bias broadcastable to [B, H, L, S] (no gradient)
         B, H, L, Dh = q.shape
         S = k.shape[-2]
         qs = torch.mul(q, Dh**-0.5, out=q.new_empty(q.shape))  # contiguous heads
@@ -304,6 +305,10 @@ class _DropoutAttention(torch.autograd.Function):
         else:
             mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
             blocks, bias = _query_blocks(mask), _masked_bias(mask, q.dtype)
+        if extra is not None:
+            extra = extra.to(q.dtype)
+            bias = extra if bias is None else bias + extra
+            bias = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
         out = q.new_zeros(B, H, L, v.shape[-1])
         saved: list[torch.Tensor] = []
         scale = 1.0
@@ -365,14 +370,25 @@ class _DropoutAttention(torch.autograd.Function):
                 g_k[b0:b1, :, :s1] += t.mT @ qs[b0:b1, :, l0:l1]
             POOL.give(*work)
         POOL.give(*saved)
-        return g_q.mul_(Dh**-0.5), g_k, g_v, None, None
+        return g_q.mul_(Dh**-0.5), g_k, g_v, None, None, None
 
 
-def attention(q, k, v, mask, dropout: float):
+def score_bias(mask: torch.Tensor | None, bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """SDPA's float `attn_mask` for a bool mask and a fixed additive score bias: the bias where a
+    key is readable, a large finite negative elsewhere (a row with no readable key comes out
+    finite, and the caller zeroes it)."""
+    bias = bias.to(dtype)
+    return bias if mask is None else bias + _masked_bias(mask, dtype)
+
+
+def attention(q, k, v, mask, dropout: float, bias=None):
     """Plain attention without weights: the fused kernel in training with dropout, else SDPA's
-    fused CPU kernel (it has no dropout of its own: it would fall back to `bernoulli_`)."""
+    fused CPU kernel (it has no dropout of its own: it would fall back to `bernoulli_`); `bias`:
+    a fixed additive score bias (ALiBi's), or None."""
     if dropout > 0:
-        return _DropoutAttention.apply(q, k, v, mask, dropout)
+        return _DropoutAttention.apply(q, k, v, mask, dropout, bias)
+    if bias is not None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=score_bias(mask, bias, q.dtype))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask(mask))
 
 

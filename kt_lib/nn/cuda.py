@@ -2,7 +2,7 @@
 
 # B batch, H heads, L query steps, S key steps, Dh head dim, K knowledge slots
 - plain attention: `F.scaled_dot_product_attention` (flash / memory-efficient kernels on a GPU,
-  `dropout_p` for dropout on the weights);
+  `dropout_p` for dropout on the weights; an additive score bias goes into its float mask);
 - AKT's monotonic attention: the fused chain of kt_lib.nn.cpu run as one block and one chunk
   (about 30 kernels per call, no host synchronisation; it keeps 4 [B, H, L, S] tensors for
   backward where autograd on the reference chain keeps about 8);
@@ -19,10 +19,11 @@ from . import cpu
 from .reference import safe_mask
 
 
-def attention(q, k, v, mask, dropout: float):
+def attention(q, k, v, mask, dropout: float, bias=None):
     """Plain attention (no weights returned) through SDPA; rows without keys are zeroed by the
-    caller."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask(mask), dropout_p=dropout)
+    caller. `bias`: a fixed additive score bias (ALiBi's) folded into SDPA's float mask."""
+    attn_mask = safe_mask(mask) if bias is None else cpu.score_bias(mask, bias, q.dtype)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
 
 
 def monotonic(q, k, v, theta, mask, dropout: float, need_weights: bool):

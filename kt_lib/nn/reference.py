@@ -6,7 +6,8 @@ and gradients, with the same dropout draws (`keep`: 1 keep, 0 drop, scaled by 1 
 Masks are boolean, True = the query may read that key; a row with no readable key outputs zeros.
 Masked keys get the dtype's most negative finite score, so no reduction ever sees inf or NaN.
 
-Plain attention:      w_ij = softmax_j(q_i . k_j / sqrt(Dh)),  out_i = sum_j w_ij v_j
+Plain attention:      w_ij = softmax_j(q_i . k_j / sqrt(Dh) + b_ij),  out_i = sum_j w_ij v_j
+(b an optional fixed additive bias, e.g. ALiBi's -m_h |i - j|; none: b = 0)
 AKT's monotonic attention (Ghosh et al. 2020), with s_ij = q_i . k_j / sqrt(Dh) and a_ij its
 masked softmax:
     dist_ij  = sqrt(|i - j| * sum_{j' > j} a_ij')        (no gradient, as in AKT)
@@ -49,9 +50,12 @@ def dropped(w: torch.Tensor, p: float, keep: torch.Tensor | None) -> torch.Tenso
     return F.dropout(w, p) if p > 0 else w
 
 
-def attention(q, k, v, mask=None, dropout: float = 0.0, keep=None):
-    """Scaled dot-product attention -> (out [B, H, L, Dh], weights [B, H, L, S] before dropout)."""
+def attention(q, k, v, mask=None, dropout: float = 0.0, keep=None, bias=None):
+    """Scaled dot-product attention -> (out [B, H, L, Dh], weights [B, H, L, S] before dropout);
+    `bias` (broadcastable to [B, H, L, S], no gradient expected) is added to the scores."""
     scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    if bias is not None:
+        scores = scores + bias
     w = masked_softmax(scores, mask)
     return dropped(w, dropout, keep) @ v, w
 
@@ -195,6 +199,8 @@ def sparse_attention(
 #          slopes of the power of two below H, then every other slope of twice that power
 # then dist_ij, decay_ij and w_ij as in `monotonic`, all on the biased s_ij. The bias reads only
 # the step distance, so what query i may read is the mask's business alone.
+# extraKT (Li et al., ECAI 2024) keeps the bias and drops the decay: w_ij = masked softmax_j(s_ij)
+# (`alibi_attention`, plain attention with the bias added to its scores).
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
@@ -216,6 +222,14 @@ def linear_bias(slopes: torch.Tensor, L: int, S: int) -> torch.Tensor:
     i = torch.arange(L, device=slopes.device).unsqueeze(1)
     j = torch.arange(S, device=slopes.device).unsqueeze(0)
     return -slopes.view(-1, 1, 1) * (i - j).abs().to(slopes.dtype)
+
+
+def alibi_attention(q, k, v, slopes, mask, dropout: float = 0.0, keep=None):
+    """Plain attention on linearly biased scores (extraKT, Li et al. 2024: FoLiBi without AKT's
+    decay) -> (out [B, H, L, Dh], weights [B, H, L, S] before dropout):
+        s_ij = q_i . k_j / sqrt(Dh) - m_h |i - j|,   w_ij = masked softmax_j(s_ij)"""
+    bias = linear_bias(slopes.to(q.dtype), q.shape[-2], k.shape[-2])
+    return attention(q, k, v, mask, dropout, keep, bias=bias)
 
 
 def folibi(q, k, v, gamma, slopes, mask, dropout: float = 0.0, keep=None):

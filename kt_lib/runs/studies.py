@@ -189,6 +189,9 @@ SKILL_BASELINES = (
     # the optional ones
     "kqn",
     "dkt_plus",
+    # the "as time allows" ones, appended last: the order of the runs before them is unchanged
+    "extrakt",
+    "robustkt",
 )
 PID_BASELINES = ("qdkt", "dimkt", "atdkt")
 # seed 002's plug-in mechanisms one at a time (ModularAttentionGPCM with a single mechanism)
