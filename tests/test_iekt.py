@@ -32,11 +32,14 @@ def test_paper_preset_size():
     assert sum(p.numel() for p in model.parameters()) == 875_093
 
 
-def test_config_refuses_unknown_eval_action_and_bad_gamma():
+def test_config_refuses_what_would_have_no_meaning_or_no_effect():
     with pytest.raises(ValueError, match="eval_action must be one of"):
         build_model("iekt", preset="tiny", num_c=3, num_pid=5, eval_action="sample")
     with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\]"):
         build_model("iekt", preset="tiny", num_c=3, num_pid=5, gamma=1.5)
+    with pytest.raises(ValueError, match="with mlp_layers 0 it must be 0"):
+        build_model("iekt", preset="tiny", num_c=3, num_pid=5, mlp_layers=0, dropout=0.1)
+    build_model("iekt", preset="tiny", num_c=3, num_pid=5, mlp_layers=0)  # linear policies
 
 
 def _model(**kw):

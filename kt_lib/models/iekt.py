@@ -68,6 +68,10 @@ class IEKTConfig(BaseConfig):
         super().validate()
         require(self.d > 0, f"d must be > 0, got {self.d}")
         require(self.mlp_layers >= 0, f"mlp_layers must be >= 0, got {self.mlp_layers}")
+        require(
+            self.mlp_layers >= 1 or self.dropout == 0,
+            "dropout acts after the MLPs' hidden layers: with mlp_layers 0 it must be 0",
+        )
         for name in ("cog_levels", "acq_levels"):
             n = getattr(self, name)
             require(n >= 2, f"{name} must be >= 2 (an action space), got {n}")
@@ -97,7 +101,7 @@ def act(
     log pi(chosen) [B] when sampling: the inverse CDF at the uniform draws u [B]; without u,
     the most probable level ("mode") or the expected embedding ("mean")."""
     if u is not None:
-        p = torch.softmax(logits.detach().float(), -1)
+        p = torch.softmax(logits.detach(), -1)
         a = (p.cumsum(-1) < u.unsqueeze(-1)).sum(-1).clamp(max=len(levels) - 1)  # [B]
         return levels[a], F.log_softmax(logits, -1).gather(-1, a.unsqueeze(-1)).squeeze(-1)
     if how == "mean":
