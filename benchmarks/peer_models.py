@@ -53,6 +53,7 @@ REPO = {
     "dimkt": "dimkt",
     "atdkt": "atdkt",
     "qikt": "qikt",
+    "rekt": "rekt",
 }
 GAP_BUCKETS = 8  # DKT-forget's repeat gap, sequence gap and past count, capped
 LEVELS = 10  # DIMKT's difficulty levels
@@ -203,7 +204,17 @@ def build(name: str, mods: dict, nc: int = NC, nq: int = NQ, n: int = L, device=
 
 
 # the repository-only models bench_peers builds at its sizes (peer_zoo's table names them)
-SIZED = ("simplekt", "sparsekt", "stablekt", "folibikt", "extrakt", "robustkt", "dimkt", "atdkt")
+SIZED = (
+    "simplekt",
+    "sparsekt",
+    "stablekt",
+    "folibikt",
+    "extrakt",
+    "robustkt",
+    "dimkt",
+    "atdkt",
+    "rekt",
+)
 
 
 def build_repo(name: str, mods: dict, nc: int = NC, nq: int = NQ, n: int = L, **sizes):
@@ -234,6 +245,8 @@ def build_repo(name: str, mods: dict, nc: int = NC, nq: int = NQ, n: int = L, **
     if name == "atdkt":
         kw = {"emb_size": D, "dropout": 0.1, "emb_type": "qid", "num_attn_heads": 2, **sizes}
         return m.ATDKT(nq, nc, n, **kw)
+    if name == "rekt":
+        return m.ReKT(nc, nq, **{"d": D, "dropout": 0.1, "emb_type": "qid", **sizes})
     if name == "qikt":
         cfg = {"output_mode": "an", "output_c_next_lambda": 1, "output_q_next_lambda": 0}
         kw = {"max_concepts": 1, "mlp_layer_num": 2, "other_config": cfg}
@@ -281,6 +294,8 @@ def scored(name: str, model, d: dict) -> torch.Tensor:
         return model.get_cl_loss(cc, cr, cq)[0][:, 1:]
     if name == "dtransformer":
         return torch.sigmoid(model.predict(cc, cr, cq)[0])[:, 1:]
+    if name == "rekt":  # evaluate_model.py: y = model(dcur), already [B, L-1]
+        return model(d)
     if name == "dimkt":
         diff = (d[k] for k in ("sdseqs", "qdseqs", "shft_sdseqs", "shft_qdseqs"))
         sd, qd, sds, qds = diff
@@ -308,7 +323,10 @@ def training_loss(name: str, model, d: dict) -> torch.Tensor:
     c, r, q = d["cseqs"], d["rseqs"], d["qseqs"]
     cs, rs, sm = d["shft_cseqs"], d["shft_rseqs"], d["smasks"]
     if name in QUE_MODELS:
-        dq = dict(d, cseqs=c[..., None], shft_cseqs=cs[..., None])
+        # pykt's loader hands responses over as floats (data_loader.py: FloatTensor), which
+        # IEKT's BCEWithLogitsLoss needs as targets; qDKT casts them back with .long()
+        dq = dict(d, cseqs=c[..., None], shft_cseqs=cs[..., None], rseqs=r.float())
+        dq["shft_rseqs"] = rs.float()
         return model.train_one_step(dq)[1]
     if name == "akt":
         cc, cr, cq = (torch.cat((x[:, :1], d["shft_" + k]), 1) for k, x in
@@ -444,4 +462,8 @@ NOTES: dict[str, str] = {
     "unconditionally (dimkt.py:81): run here with .cuda() a no-op",
     "atdkt": "ATDKT(dcur) gathered at cshft, emb_type qid",
     "qikt": "QIKT.predict_one_step, emb_type iekt, output_mode an",
+    "rekt": "ReKT(dcur), already aligned to shft; reads shft_* only (step 0 of a window is never "
+    "read); a problem or concept new to the window reads slot 0 of its state table, which step 0 "
+    "overwrote (rekt.py: last_*_time starts at 0); state tables of 199 rows and 200 gap rows: "
+    "windows longer than 200 steps fail",
 }

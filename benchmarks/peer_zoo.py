@@ -82,6 +82,16 @@ SHARED: dict[str, Peer] = {
                   note="pyKT's QT encoder FFN is torch's default 2048 (no argument; ours d_ff) "
                   "and its dropout torch's 0.1 (ours qt_dropout); l1=l2=l3=0.5 (ours: weights "
                   "relative to the BCE, 1 and 1); historycorrs: running correct ratio"),
+    "iekt": Peer("iekt", {
+        "emb_size": (("d",), 64), "n_layer": (("mlp_layers",), 1),
+        "cog_levels": (("cog_levels",), 10), "acq_levels": (("acq_levels",), 10),
+        "dropout": (("dropout",), 0.0), "gamma": (("gamma",), 0.93),
+        "lamb": (("pg_weight",), 40)}, needs_pid=True,
+        note="pyKT's IEKT, emb_type qid (qc_merge); it samples both levels in eval (ours: "
+        "eval_action) and holds 78,656 parameters it never reads at d 64"),
+    "rekt": Peer("rekt", {"d": (("d",), 128), "dropout": (("dropout",), 0.4)}, needs_pid=True,
+                 note="pyKT's ReKT: 200 gap rows and 199-step state tables (windows <= 200; "
+                 "ours: max_gap, any length)"),
     "simplekt": Peer("simplekt", {**_ATTN, "final_fc_dim2": (("final_fc_dim2",), 256)},
                      note="n_pid 0 (no problem ids on either side)"),
     "sparsekt": Peer("sparsekt", {**_ATTN, "final_fc_dim2": (("final_fc_dim2",), 256),

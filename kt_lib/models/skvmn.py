@@ -29,6 +29,7 @@ from torch import nn
 
 from ..config import require
 from ..data.dataset import Batch, interaction_token
+from ..nn import StateBank
 from .base import ModelOutput, register
 from .dkvmn import DKVMN, DKVMNConfig, MemoryState
 
@@ -90,58 +91,6 @@ def hop_sources(u: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(last >= 0, last, steps - 1)
 
 
-class _StateBank:
-    """One forward's Hop-LSTM states, [L + 1, B, 2H] (row 0 the initial state, row t + 1 step
-    t's output), and their gradients. A hop reads a different past row per student: `_Load`
-    gathers them in one index op and `_Store` hands each row's gradient back to its step."""
-
-    def __init__(self, L: int, like: torch.Tensor):
-        B, H = like.shape
-        self.states = like.new_empty(L + 1, B, 2 * H)
-        self.grads: torch.Tensor | None = None
-        self.rows = torch.arange(B, device=like.device)
-
-
-class _Store(torch.autograd.Function):
-    """Write (h, c) to bank row s; returns a token that orders the backward: every `_Load` of a
-    later step depends on it, so they all add their gradients before this one hands them on."""
-
-    @staticmethod
-    def forward(ctx, h, c, token, bank: _StateBank, s: int):
-        H = h.shape[-1]
-        bank.states[s, :, :H] = h
-        bank.states[s, :, H:] = c
-        ctx.bank, ctx.s, ctx.H = bank, s, H
-        return token.new_zeros(())
-
-    @staticmethod
-    def backward(ctx, g_token):
-        bank, H = ctx.bank, ctx.H
-        if bank.grads is None:  # no step read any state (the loss reached no Hop-LSTM input)
-            zeros = bank.states.new_zeros(bank.states.shape[1:])
-            return zeros[:, :H], zeros[:, H:], g_token, None, None
-        g = bank.grads[ctx.s].clone()
-        bank.grads[ctx.s].zero_()  # consumed: a second backward of the graph starts from zero
-        return g[:, :H], g[:, H:], g_token, None, None
-
-
-class _Load(torch.autograd.Function):
-    """Read row idx[b] of the bank for each student b: [B] -> [B, 2H]."""
-
-    @staticmethod
-    def forward(ctx, token, bank: _StateBank, idx):
-        ctx.bank, ctx.idx = bank, idx
-        return bank.states[idx, bank.rows]
-
-    @staticmethod
-    def backward(ctx, g):
-        bank = ctx.bank
-        if bank.grads is None:
-            bank.grads = torch.zeros_like(bank.states)
-        bank.grads.index_put_((ctx.idx, bank.rows), g, accumulate=True)
-        return torch.zeros((), dtype=g.dtype, device=g.device), None, None
-
-
 class HopLSTM(nn.Module):
     """An LSTM whose state entering step t is the output of step s(t) (t - 1 without a hop)."""
 
@@ -161,18 +110,19 @@ class HopLSTM(nn.Module):
         rows = (source + 1).T.contiguous()  # [L, B] bank rows read at each step
         gx_t = gx.unbind(1)  # per-step views (one gradient stack in the backward)
         h0, c0 = self.h0.expand(B, H), self.c0.expand(B, H)
-        bank = _StateBank(L, h0)
-        token = _Store.apply(h0, c0, h0.new_zeros(()), bank, 0)
+        hc0 = torch.cat([h0, c0], -1)  # [B, 2H]: a slot holds (h, c)
+        bank = StateBank(L, hc0)
+        token = bank.store(hc0.new_zeros(()), 0, hc0)
         hs = []
         for t in range(L):
-            h_prev, c_prev = _Load.apply(token, bank, rows[t]).split(H, dim=-1)  # [B, H] each
+            h_prev, c_prev = bank.load(token, rows[t]).split(H, dim=-1)  # [B, H] each
             gates = torch.addmm(gx_t[t], h_prev, cell.weight_hh.T)  # [B, 4H]
             i, f, g, o = gates.chunk(4, dim=-1)  # nn.LSTMCell's gate order
             c = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(c)
             hs.append(h)
             if t + 1 < L:
-                token = _Store.apply(h, c, token, bank, t + 1)
+                token = bank.store(token, t + 1, torch.cat([h, c], -1))
         return torch.stack(hs, dim=1)  # [B, L, H]
 
 

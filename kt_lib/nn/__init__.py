@@ -7,6 +7,7 @@
 - backend.py    which backend runs (by device, or forced with `use_backend`)
 - dropout.py    the one `Dropout` (fast Bernoulli on CPU)
 - monotonic.py  AKT/DTransformer attention modules; blocks.py the shared transformer layer
+- state_bank.py per-step states a later step reads by student (SKVMN's hops, ReKT's attempts)
 """
 
 from .attention import (
@@ -20,6 +21,7 @@ from .attention import (
 from .backend import BACKENDS, use_backend
 from .blocks import LSTM, FeedForward, TransformerLayer, mlp_head
 from .dropout import Dropout
+from .state_bank import StateBank
 
 __all__ = [
     "BACKENDS",
@@ -28,6 +30,7 @@ __all__ = [
     "FeedForward",
     "MonotonicWeights",
     "MultiHeadAttention",
+    "StateBank",
     "TransformerLayer",
     "attend",
     "causal_mask",

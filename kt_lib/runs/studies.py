@@ -193,7 +193,7 @@ SKILL_BASELINES = (
     "extrakt",
     "robustkt",
 )
-PID_BASELINES = ("qdkt", "dimkt", "atdkt")
+PID_BASELINES = ("qdkt", "dimkt", "atdkt", "iekt", "rekt")
 # seed 002's plug-in mechanisms one at a time (ModularAttentionGPCM with a single mechanism)
 _MECHANISMS_ALONE = {
     f"only_{m}": {"model": "modular_attention_gpcm", "mechanisms": [m]}
