@@ -255,9 +255,11 @@ STUDIES = {
             name="baselines",
             question="The field's baselines under pyKT's protocol: ASSIST2015 fold 0 beside "
             "pyKT's published figures; the problem-id models on algebra05",
+            # algebra05 first: its five runs cost minutes each where an ASSIST2015 run costs an
+            # hour, and three of them are required (qDKT, DIMKT, AT-DKT)
             parts=(
-                Part((A15,), SKILL_BASELINES),
                 Part((ALG05,), PID_BASELINES),
+                Part((A15,), SKILL_BASELINES),
             ),
             variants=_BASELINE_VARIANTS,
             folds=1,
