@@ -194,6 +194,8 @@ SKILL_BASELINES = (
     "robustkt",
 )
 PID_BASELINES = ("qdkt", "dimkt", "atdkt", "iekt", "rekt")
+# the leaderboard's skill-level baselines: the study's rows less its pyKT-configuration diagnostics
+_LEADERBOARD_BASELINES = tuple(m for m in SKILL_BASELINES if not m.endswith("_pykt"))
 # seed 002's plug-in mechanisms one at a time (ModularAttentionGPCM with a single mechanism)
 _MECHANISMS_ALONE = {
     f"only_{m}": {"model": "modular_attention_gpcm", "mechanisms": [m]}
@@ -303,9 +305,18 @@ STUDIES = {
                 Part((ALG05, STATICS), ("dkt", "sakt", "akt")),
                 Part((ALG05, STATICS), _SEED_MODELS),
                 Part((A09, A15), ("dkt", "sakt", "akt")),
+                # the field's baselines after every cell above: the problem-id models on
+                # algebra05 alone, the others on the small datasets before the large
+                Part((ALG05,), PID_BASELINES),
+                Part((ALG05, STATICS), _LEADERBOARD_BASELINES),
+                Part((A09, A15), _LEADERBOARD_BASELINES),
             ),
+            variants=_BASELINE_VARIANTS,
             pairs=tuple(
-                (m, b) for m in ("sakt", "akt", *_SEED_MODELS) for b in ("dkt", "akt") if m != b
+                (m, b)
+                for m in ("sakt", "akt", *_SEED_MODELS, *PID_BASELINES, *_LEADERBOARD_BASELINES)
+                for b in ("dkt", "akt")
+                if m != b
             ),
             folds=5,
             seeds=(0, 1, 2, 3, 4),
