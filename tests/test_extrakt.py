@@ -116,9 +116,10 @@ def test_fast_backends_with_a_score_bias_match_the_reference(backend, mask_kind)
         assert (out.detach()[empty] == 0).all()
 
 
+@pytest.mark.parametrize("L", [7, 150])  # one query block; several (the bias sliced per block)
 @pytest.mark.parametrize("mask_kind", ["none", "strict", "ragged"])
 def test_cpu_dropout_kernel_with_a_score_bias_equals_the_reference_with_the_same_draws(
-    mask_kind, monkeypatch
+    mask_kind, L, monkeypatch
 ):
     """The training kernel (query blocks, dropout draws per block) with the bias added: record
     its draws, and reference.alibi_attention with them gives the same outputs and gradients."""
@@ -130,7 +131,7 @@ def test_cpu_dropout_kernel_with_a_score_bias_equals_the_reference_with_the_same
         return scale
 
     monkeypatch.setattr(cpu_kernels, "draw_keep", recording)
-    B, L, p = 3, 7, 0.3
+    B, p = 3, 0.3
     q, k, v = _heads(seed=2, B=B, L=L, grad=True)
     slopes = reference.alibi_slopes(4).double()
     mask = _masks(B, L)[mask_kind]
@@ -243,3 +244,16 @@ def test_matches_pykts_extrakt_on_copied_weights():
         want, _ = theirs(batch.q, batch.r)
         got = torch.sigmoid(ours.predict_logits(ours.trunk(batch)))  # forward casts to float32
     torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
+
+
+def test_attend_refuses_a_score_bias_that_requires_grad():
+    """The cpu training kernel gives the bias no gradient: a learned bias is refused on every
+    backend, rather than learned everywhere but in CPU training."""
+    q, k, v = _heads(seed=5, B=1, L=6, grad=False)
+    bias = torch.zeros(4, 6, 6, dtype=torch.float64, requires_grad=True)
+    for backend in ("reference", "cpu"):
+        with use_backend(backend), pytest.raises(ValueError, match="requires grad"):
+            attend(q, k, v, None, dropout=0.2, bias=bias)
+    with use_backend("cpu"):
+        out, _ = attend(q, k, v, None, bias=bias.detach())
+    assert torch.isfinite(out).all()

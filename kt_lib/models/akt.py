@@ -7,7 +7,9 @@ Layout (as AKT's code, which the paper's figure simplifies):
   retriever below only ever reads y at strictly earlier steps);
 - knowledge retriever: 2N layers alternating question self-attention (Q = K = V = x, inclusive
   mask, no FFN) and cross-attention (Q = K = x, V = encoded y, strict-past mask, + FFN);
-- prediction: MLP on [retrieved h_t, x_t].
+- prediction: MLP on [retrieved h_t, x_t];
+- `prefilter`, applied to x and y before the encoder and the retriever (not to the x the MLP
+  reads): the identity here; a variant swaps it (e.g. for a causal smoothing).
 Causality: h_t reads x at steps <= t and encoded y at steps < t; at t = 0 the strict mask has no
 key, the cross-attention outputs zero (AKT's zero-padded first row), so logits[:, 0] depend on
 q_0 (and pid_0) only.

@@ -50,10 +50,15 @@ def attend(
     """Scaled dot-product attention -> (out [B, H, L, Dh], weights [B, H, L, S] if asked).
 
     q [B, H, L, Dh], k/v [B, H, S, Dh], mask broadcastable to [B, H, L, S]; `dropout` applies to
-    the weights (training); `bias`, broadcastable to [B, H, L, S], is added to the scores (a
-    fixed bias such as ALiBi's: no gradient reaches it on the fast backends). Returned weights
-    are before dropout.
+    the weights (training); `bias`, broadcastable to [B, H, L, S], is added to the scores: a
+    fixed bias such as ALiBi's. A bias that requires grad is refused, since the cpu training
+    kernel returns it no gradient. Returned weights are before dropout.
     """
+    if bias is not None and bias.requires_grad:
+        raise ValueError(
+            "attend: a score bias that requires grad is not supported (the cpu training kernel "
+            "gives it no gradient); pass a fixed bias (a buffer, or .detach())"
+        )
     if mask is not None:
         mask = mask.to(torch.bool)
     backend = choose(q)
