@@ -11,7 +11,10 @@ import pytest
 from kt_lib.data.formats import write_line3
 from kt_lib.data.synthetic import simulate
 from kt_lib.models.base import KTModel
+from kt_lib.runs import execute as execute_module
+from kt_lib.runs import leaderboard as leaderboard_module
 from kt_lib.runs import studies
+from kt_lib.runs.execute import ExecConfig
 
 
 @pytest.mark.parametrize("name", sorted(studies.STUDIES))
@@ -116,6 +119,28 @@ def test_a_killed_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
     assert len(resumed) == 1 and not resumed[0].get("error")
     for key in ("test_auc", "test_acc", "test_rmse", "best_epoch"):
         assert resumed[0][key] == whole[key], key
+
+
+def test_parallel_runs_each_checkpoint_under_their_own_prefix(tmp_path, monkeypatch):
+    """With several workers every run still gets an epoch checkpoint (its own prefix, resumed
+    from), and the executor refuses only a prefix two parallel runs would share."""
+    study = _tiny_study(tmp_path)
+    study = dataclasses.replace(study, parts=(studies.Part((("tiny", "line3"),), ("dkt", "sakt")),))
+    captured = []
+
+    def capture(specs, execution=None, **kw):
+        captured.extend(specs)
+        return []
+
+    monkeypatch.setattr(leaderboard_module, "execute", capture)
+    studies.run(study, tmp_path / "data", path=tmp_path / "p.json", checkpoints=tmp_path / "ck",
+                execution=ExecConfig(workers=2), progress=False)  # fmt: skip
+    prefixes = [spec.train.checkpoint for spec in captured]
+    assert len(prefixes) == 2 and len(set(prefixes)) == 2
+    assert all(p.startswith(str(tmp_path / "ck" / "tiny")) for p in prefixes)
+    assert all(spec.train.resume for spec in captured)
+    with pytest.raises(ValueError, match="shared by 2 parallel runs"):
+        execute_module.execute([captured[0], captured[0]], execution=ExecConfig(workers=2))
 
 
 def test_cells_cost_a_left_run_from_its_cell_then_its_model_then_every_run():

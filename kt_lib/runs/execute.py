@@ -293,10 +293,13 @@ def execute(
     how = execution or ExecConfig()
     workers, executor, gpus_per_run = how.workers, how.executor, how.gpus_per_run
     parallel = how.parallel
-    if parallel and any(spec.train.checkpoint for spec in specs):
+    prefixes = [spec.train.checkpoint for spec in specs if spec.train.checkpoint]
+    shared = sorted({p for p in prefixes if prefixes.count(p) > 1})
+    if parallel and shared:
         raise ValueError(
-            "TrainConfig.checkpoint with parallel runs: they would write one checkpoint prefix "
-            "at once; run with workers=1 or checkpoint=None"
+            f"TrainConfig.checkpoint {shared[0]!r} is shared by {prefixes.count(shared[0])} "
+            "parallel runs: they would write it at once; give each run its own prefix, run "
+            "with workers=1, or checkpoint=None"
         )
     if parallel:  # no training bars from workers: one bar over the runs; idle workers none
         specs = [replace(spec, train=replace(spec.train, progress=False)) for spec in specs]

@@ -82,9 +82,9 @@ def run_plan(
 
     With `results_file` the run is resumable: each finished run is merged into that JSON file
     (file lock, atomic rewrite; `load_results` reads it), and runs already in it with the same
-    `run_key` are not trained again (failed ones are). `checkpoint_dir` (one worker only) gives
-    each run an epoch checkpoint there, named by its `run_key`, resumed from when the same run is
-    started again after a kill and removed once its row is written.
+    `run_key` are not trained again (failed ones are). `checkpoint_dir` gives each run (one
+    worker or several) an epoch checkpoint of its own there, named by its `run_key`, resumed from
+    when the same run is started again after a kill and removed once its row is written.
 
     `execution` (`runs.execute.ExecConfig`) says how runs train: its `workers` at a time in
     worker processes, each loading its data once, or as Ray tasks. A failed run gives a row

@@ -386,13 +386,12 @@ def run(
     progress: bool = True,
     checkpoints: str | Path | None = CHECKPOINTS,
 ) -> None:
-    """Fill the study's results file (resumable; see the module docstring). With one worker each
-    run also writes an epoch checkpoint under `checkpoints/<study>/` (None: none), so a run
-    killed mid-way resumes from its last finished epoch when the study is started again; the
-    checkpoint is removed once the run's row is in the results file."""
+    """Fill the study's results file (resumable; see the module docstring). Each run also writes
+    an epoch checkpoint of its own under `checkpoints/<study>/` (None: none), with one worker or
+    several, so a run killed mid-way resumes from its last finished epoch when the study is
+    started again; the checkpoint is removed once the run's row is in the results file."""
     execution = execution or ExecConfig()
-    alone = not execution.parallel
-    ckpt = Path(checkpoints) / study.name if checkpoints is not None and alone else None
+    ckpt = Path(checkpoints) / study.name if checkpoints is not None else None
     study.ensure_prepared(data_root)
     for part, plan in zip(study.parts, study.part_plans(data_root), strict=True):
         for folder, _ in part.datasets:
