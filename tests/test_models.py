@@ -399,3 +399,22 @@ def test_one_batch_is_learnable(name):
         opt.step()
     last = _prediction_loss(model, batch)
     assert last < 0.8 * first, f"{name}: prediction loss {first:.3f} -> {last:.3f}"
+
+
+def test_every_parameter_reaches_the_loss(name):
+    """No parameter is built and never read (pyKT's IEKT, ReKT, extraKT and RobustKT carry such
+    tables): within three Adam steps, past any warm-up (epoch 50), each gets a nonzero gradient.
+    Three, not one: a Rasch scale starts at 0, so the first step leaves its partner's gradient 0."""
+    model, batch, _ = _setup(name, NUM_PID)
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    reached = {n: False for n, p in model.named_parameters() if p.requires_grad}
+    for _ in range(3):
+        opt.zero_grad()
+        model.loss(model(batch), batch, epoch=50)["total"].backward()
+        for n, p in model.named_parameters():
+            if p.grad is not None and p.grad.abs().sum() > 0:
+                reached[n] = True
+        opt.step()
+    dead = [n for n, r in reached.items() if not r]
+    assert not dead, f"{name}: parameters the loss never reaches: {dead}"
