@@ -26,10 +26,9 @@ from dataclasses import dataclass
 
 from ..config import require
 from ..nn import reference
-from ..nn.attention import attend
+from ..nn.attention import SharedQKAttention, attend
 from .akt import AKT, AKTConfig
 from .base import register
-from .simplekt import SharedQKAttention
 
 # pyKT's configs/kt_config.json has no extrakt entry: these are its examples/wandb_extrakt_train.py
 # defaults (d_model 256, d_ff 256, 4 heads, 4 blocks, dropout 0.05, learning rate 1e-3); the model

@@ -26,10 +26,9 @@ from torch import nn
 
 from ..config import require
 from ..data.dataset import Batch
-from ..nn.attention import attend, causal_mask
+from ..nn.attention import SharedQKAttention, causal_mask
 from ..nn.blocks import TransformerLayer, mlp_head
 from ..nn.embeddings import QuestionEmbedding
-from ..nn.shapes import merge_heads, split_heads
 from .base import BaseConfig, KTModel, ModelOutput, register
 
 # the paper tunes per dataset and names no sizes, and pyKT's configs/kt_config.json has no
@@ -78,49 +77,6 @@ def sinusoid_positions(L: int, d: int, device=None, dtype=torch.float32) -> torc
     pe[:, 0::2] = torch.sin(pos * freq)
     pe[:, 1::2] = torch.cos(pos * freq[: d // 2])
     return pe.to(dtype)
-
-
-class SharedQKAttention(nn.Module):
-    """Multi-head attention whose queries and keys share one projection (pyKT's kq_same=1)."""
-
-    def __init__(self, d: int, n_heads: int, dropout: float = 0.0):
-        super().__init__()
-        self.h, self.dropout = n_heads, dropout
-        self.k_proj = nn.Linear(d, d)  # queries and keys
-        self.v_proj = nn.Linear(d, d)
-        self.out_proj = nn.Linear(d, d)
-        for lin in (self.k_proj, self.v_proj):  # pyKT's init; out_proj keeps torch's weights
-            nn.init.xavier_uniform_(lin.weight)
-        for lin in (self.k_proj, self.v_proj, self.out_proj):
-            nn.init.zeros_(lin.bias)
-
-    def weigh(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        mask: torch.Tensor,
-        dropout: float,
-        need_weights: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The attention on projected heads [B, H, L, Dh]: plain scaled dot-product."""
-        return attend(q, k, v, mask, dropout, need_weights)
-
-    def forward(
-        self,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        mask: torch.Tensor,
-        need_weights: bool = False,
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """query [B, L, D], key/value [B, S, D], bool mask [L, S] -> [B, L, D] (+ [B, H, L, S])."""
-        k = split_heads(self.k_proj(key), self.h)  # [B, H, S, Dh]
-        q = k if query is key else split_heads(self.k_proj(query), self.h)  # [B, H, L, Dh]
-        v = split_heads(self.v_proj(value), self.h)  # [B, H, S, Dh]
-        p = self.dropout if self.training else 0.0
-        out, w = self.weigh(q, k, v, mask, p, need_weights)
-        return self.out_proj(merge_heads(out)), w
 
 
 @register("simplekt")

@@ -24,9 +24,10 @@ import torch
 from torch import nn
 
 from ..config import require
+from ..nn.attention import SharedQKAttention
 from ..nn.sparse import REWEIGHTS, SELECTIONS, sparse_attend
 from .base import register
-from .simplekt import PAPER_SIZES, SharedQKAttention, SimpleKT, SimpleKTConfig
+from .simplekt import PAPER_SIZES, SimpleKT, SimpleKTConfig
 
 
 @dataclass

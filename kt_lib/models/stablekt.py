@@ -30,11 +30,10 @@ from torch.utils.checkpoint import checkpoint
 from ..config import require
 from ..data.dataset import Batch
 from ..nn import penumbral, reference
-from ..nn.attention import causal_mask
+from ..nn.attention import SharedQKAttention, causal_mask
 from ..nn.blocks import TransformerLayer, mlp_head
 from ..nn.embeddings import QuestionEmbedding
 from .base import BaseConfig, KTModel, ModelOutput, register
-from .simplekt import SharedQKAttention
 
 
 @dataclass

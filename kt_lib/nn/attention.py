@@ -9,7 +9,9 @@ Each attention states its math once in kt_lib.nn.reference and lets a backend co
 - `monotonic_attention`: AKT's attention with context-aware distance decay (AKT, iDKT,
   DTransformer, SimAKT's intra-student heads);
 - `slot_attention`: DTransformer's Block 4 (knowledge-slot queries over the strict past).
-Rows with no readable key output zeros, never NaN.
+Rows with no readable key output zeros, never NaN. The modules: `MultiHeadAttention` (separate
+Q/K/V projections) and `SharedQKAttention` (one projection for queries and keys, pyKT's
+kq_same: simpleKT, sparseKT, stableKT and extraKT, which override its `weigh`).
 """
 
 from __future__ import annotations
@@ -206,3 +208,46 @@ class MultiHeadAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         out, weights = attend(q, k, v, mask, p, need_weights)
         return self.out_proj(self.merge(out)), weights
+
+
+class SharedQKAttention(nn.Module):
+    """Multi-head attention whose queries and keys share one projection (pyKT's kq_same=1)."""
+
+    def __init__(self, d: int, n_heads: int, dropout: float = 0.0):
+        super().__init__()
+        self.h, self.dropout = n_heads, dropout
+        self.k_proj = nn.Linear(d, d)  # queries and keys
+        self.v_proj = nn.Linear(d, d)
+        self.out_proj = nn.Linear(d, d)
+        for lin in (self.k_proj, self.v_proj):  # pyKT's init; out_proj keeps torch's weights
+            nn.init.xavier_uniform_(lin.weight)
+        for lin in (self.k_proj, self.v_proj, self.out_proj):
+            nn.init.zeros_(lin.bias)
+
+    def weigh(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        mask: torch.Tensor,
+        dropout: float,
+        need_weights: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The attention on projected heads [B, H, L, Dh]: plain scaled dot-product."""
+        return attend(q, k, v, mask, dropout, need_weights)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """query [B, L, D], key/value [B, S, D], bool mask [L, S] -> [B, L, D] (+ [B, H, L, S])."""
+        k = split_heads(self.k_proj(key), self.h)  # [B, H, S, Dh]
+        q = k if query is key else split_heads(self.k_proj(query), self.h)  # [B, H, L, Dh]
+        v = split_heads(self.v_proj(value), self.h)  # [B, H, S, Dh]
+        p = self.dropout if self.training else 0.0
+        out, w = self.weigh(q, k, v, mask, p, need_weights)
+        return self.out_proj(merge_heads(out)), w
