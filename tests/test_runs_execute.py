@@ -110,3 +110,39 @@ def test_parallel_refusals(bundle):
     with pytest.raises(ValueError, match="gpus_per_run is read by executor='ray' only"):
         ExecConfig(workers=2, gpus_per_run=0.5)
     assert runner.threads_per_worker(3, cores=16) == 5 and runner.threads_per_worker(4, 2) == 1
+
+
+def test_a_worker_ends_when_the_process_that_started_it_is_killed(tmp_path):
+    """Kill a pool's parent with SIGKILL (no cleanup runs): its worker, busy with a long task,
+    ends within seconds instead of training on."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import multiprocessing as mp, os, sys, time\n"
+        "from concurrent.futures import ProcessPoolExecutor\n"
+        "from kt_lib.runs.execute import _init_worker\n"
+        "if __name__ == '__main__':\n"
+        "    pool = ProcessPoolExecutor(1, mp_context=mp.get_context('spawn'),\n"
+        "        initializer=_init_worker, initargs=(1, None, os.getpid()))\n"
+        "    print(pool.submit(os.getpid).result(), flush=True)\n"
+        "    pool.submit(time.sleep, 120)\n"
+        "    time.sleep(120)\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    worker = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.kill(worker, 0)  # still there?
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(worker, signal.SIGKILL)
+    raise AssertionError(f"worker {worker} outlived its killed parent by 15 s")

@@ -180,13 +180,30 @@ def _run_remote(index: int, spec: RunSpec, threads: int, bundle=None) -> RunOutc
     return out
 
 
-def _init_worker(threads: int, bundle) -> None:
-    """Process-pool initializer: torch threads and the grid's shared bundle, once per worker."""
+def _init_worker(threads: int, bundle, parent: int | None = None) -> None:
+    """Process-pool initializer: torch threads and the grid's shared bundle, once per worker;
+    with `parent` (the pid that made the pool), the worker ends when that process is gone."""
     global _shared_bundle
     import torch
 
     torch.set_num_threads(threads)
     _shared_bundle = bundle
+    if parent is not None:
+        exit_with_parent(parent)
+
+
+def exit_with_parent(parent: int, every: float = 1.0) -> None:
+    """End this process (`os._exit`) once `parent` is no longer its parent, checked every `every`
+    seconds by a daemon thread. A killed study otherwise leaves its workers training on, writing
+    the very epoch checkpoints that the restarted study resumes its runs from."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 def _crashed(index: int, exc: BaseException) -> RunOutcome:
@@ -209,7 +226,7 @@ def _processes(specs: list[RunSpec], bundle, workers: int, threads: int) -> Iter
         max_workers=workers,
         mp_context=mp.get_context("spawn"),
         initializer=_init_worker,
-        initargs=(threads, bundle),
+        initargs=(threads, bundle, os.getpid()),
     )
     finished = False
     try:
