@@ -45,6 +45,7 @@ UNWIRED = ("akt_que", "dkt_que", "iekt_ce", "saint_plus_plus")
 REPO = {
     "simplekt": "simplekt",
     "sparsekt": "sparsekt",
+    "sparsekt_soft": "sparsekt",  # the same file, emb_type qid_accumulative_attn
     "stablekt": "stablekt",
     "folibikt": "folibikt",
     "extrakt": "extrakt",
@@ -226,8 +227,9 @@ def build_repo(name: str, mods: dict, nc: int = NC, nq: int = NQ, n: int = L, **
     if name in ("simplekt", "stablekt"):
         cls = {"simplekt": "simpleKT", "stablekt": "stableKT"}[name]
         return getattr(m, cls)(nc, nq, seq_len=n, **{**attn, "final_fc_dim2": D, **sizes})
-    if name == "sparsekt":
-        kw = {"final_fc_dim2": D, "emb_type": "qid_sparseattn", "k_index": 5}
+    if name in ("sparsekt", "sparsekt_soft"):  # top-k (k = 5) or soft selection (ratio 0.8)
+        emb = "qid_sparseattn" if name == "sparsekt" else "qid_accumulative_attn"
+        kw = {"final_fc_dim2": D, "emb_type": emb, "k_index": 5, "sparse_ratio": 0.8}
         return m.sparseKT(nc, nq, seq_len=n, **{**attn, **kw, **sizes})
     if name == "folibikt":
         return m.folibiKT(nc, nq, **{**attn, "emb_type": "qid_alibi", **sizes})
@@ -283,7 +285,7 @@ def scored(name: str, model, d: dict) -> torch.Tensor:
         return model(cc, cq, ct, cr)[:, 1:]
     if name == "atdkt":
         return (model(d) * F.one_hot(cs, model.num_c)).sum(-1)
-    if name in ("simplekt", "stablekt", "sparsekt"):
+    if name in ("simplekt", "stablekt", "sparsekt", "sparsekt_soft"):
         y = model(d)
         # evaluate() slices model(dcur)[:, 1:]; sparseKT returns (preds, attn) in eval, a tuple
         # that slice cannot index, so its preds are taken
@@ -371,7 +373,7 @@ def probe(name: str, model, mods: dict) -> dict:
     d = pykt_batch(random_seqs(0))
     cc, cr, cq = (torch.cat((d[k][:, :1], d["shft_" + k]), 1) for k in ("cseqs", "rseqs", "qseqs"))
     try:
-        if name == "sparsekt":
+        if name in ("sparsekt", "sparsekt_soft"):
             set_mode(model, False)
             model(d)[:, 1:]  # evaluate_model.py: y = model(dcur); y = y[:,1:]
             return {"evaluate_branch": "ran"}
@@ -381,7 +383,7 @@ def probe(name: str, model, mods: dict) -> dict:
             other.get_loss(cc, cr, cq)
             return {"get_loss": "ran"}
     except Exception as e:  # noqa: BLE001 - the finding is the error
-        key = "evaluate_branch" if name == "sparsekt" else "get_loss"
+        key = "get_loss" if name == "dtransformer" else "evaluate_branch"
         return {key: f"{type(e).__name__}: {e}"}
     return {}
 
@@ -446,6 +448,8 @@ NOTES: dict[str, str] = {
     "sparsekt": "sparseKT(dcur), emb_type qid_sparseattn: in eval it returns (preds, attn), which "
     "evaluate()'s y = model(dcur); y[:,1:] cannot slice (TypeError, evaluate_model.py:104-106); "
     "its preds are audited",
+    "sparsekt_soft": "sparseKT(dcur), emb_type qid_accumulative_attn (soft selection, sparse_ratio "
+    "0.8); returns (preds, attn) in eval as the top-k branch does: its preds are audited",
     "stablekt": "stableKT(dcur)[:, 1:]; calls .cuda() unconditionally (stablekt.py:313-318): "
     "run here with .cuda() a no-op",
     "folibikt": "folibiKT(cc, cr, cq)[0][:, 1:], emb_type qid_alibi; .cuda() unconditionally "

@@ -59,6 +59,24 @@ def test_status_and_run_take_first_and_refuse_zero(capsys):
     assert "--first 0: must be >= 1" in capsys.readouterr().err
 
 
+def test_only_narrows_to_the_named_cells_with_the_same_keys(capsys):
+    study = studies.get("baselines")
+    full = {r["key"]: r for r in study.plan()}
+    some = study.only(["stablekt", "qdkt"]).plan()
+    assert {r["model"] for r in some} == {"stablekt", "qdkt"}
+    assert {r["key"] for r in some} <= set(full)
+    assert len(some) == sum(r["model"] in ("stablekt", "qdkt") for r in full.values())
+    assert study.only(None) is study
+    with pytest.raises(ValueError, match=r"study baselines has no model \['nope'\]"):
+        study.only(["stablekt", "nope"])
+    studies.main(["status", "baselines", "--models", "qdkt"])
+    out = capsys.readouterr().out
+    assert " qdkt " in out and " stablekt " not in out
+    with pytest.raises(SystemExit) as exc:
+        studies.main(["run", "baselines", "--models", "nope"])
+    assert exc.value.code == 2 and "has no model ['nope']" in capsys.readouterr().err
+
+
 def test_plan_refuses_an_unknown_study():
     with pytest.raises(KeyError, match="the studies are"):
         studies.get("nope")

@@ -98,6 +98,19 @@ class Study:
             raise ValueError(f"first must be >= 1, got {n}")
         return dataclasses.replace(self, folds=min(n, self.folds), seeds=self.seeds[:n])
 
+    def only(self, models: list[str] | tuple[str, ...] | None) -> Study:
+        """The study narrowed to the cells of `models` (the labels `status` lists: a model or a
+        variant), the same run keys, so `run --models a b` fills those cells first and leaves the
+        others for a later run (a long run need not hold a core while cheaper ones wait)."""
+        if not models:
+            return self
+        known = list(dict.fromkeys(m for part in self.parts for m in part.models))
+        unknown = [m for m in models if m not in known]
+        if unknown:
+            raise ValueError(f"study {self.name} has no model {unknown}; its models: {known}")
+        parts = [Part(p.datasets, tuple(m for m in p.models if m in models)) for p in self.parts]
+        return dataclasses.replace(self, parts=tuple(p for p in parts if p.models))
+
     @property
     def path(self) -> Path:
         return RESULTS / f"{self.name}.json"
@@ -444,6 +457,13 @@ def main(argv: list[str] | None = None) -> None:
             help="only each cell's first N folds (seeds): every cell gets them before any "
             "gets more",
         )
+        s.add_argument(
+            "--models",
+            nargs="+",
+            default=None,
+            metavar="MODEL",
+            help="only these models' cells (labels as status lists them); the others are left",
+        )
     a = p.parse_args(argv)
     if a.cmd == "list":
         for s in STUDIES.values():
@@ -454,6 +474,11 @@ def main(argv: list[str] | None = None) -> None:
         if a.first < 1:
             p.error(f"--first {a.first}: must be >= 1")
         study = study.first(a.first)
+    if getattr(a, "models", None):
+        try:
+            study = study.only(a.models)
+        except ValueError as e:
+            p.error(str(e))
     if a.cmd == "render":
         text = render(study, a.out)
         if not a.write:

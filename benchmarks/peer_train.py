@@ -1,0 +1,143 @@
+"""Train a pyKT repository model under the workbook's recipe and protocol, to test whether a
+published figure comes from a version of pyKT's code that reads the future.
+
+    python benchmarks/peer_train.py --pykt-src CHECKOUT/pykt/models --label "pykt@fcbbe72" \
+        --model sparsekt --data-dir ../shared/data/assist2015 --fold 0 \
+        --out benchmarks/results/peer_train_sparsekt.json
+
+`CHECKOUT` is any checkout of pykt-team/pykt-toolkit (`git archive REV pykt/models` is enough):
+the question is the same model file at two revisions. pyKT's model is wrapped in a `KTModel`
+(below) and trained by `kt_lib.train.fit` exactly as the studies train ours (the workbook recipe:
+AdamW 1e-3, batches of 64 bucketed by length, clipping at 1, early stopping on the validation
+AUC with patience 5, 30 epochs at most), on the same fold, then scored on the test file by
+`kt_lib.evaluate` (per-question window AUC, pyKT's protocol). Only the model differs. One JSON
+line per run is appended to --out (model, pykt label, sizes, best epoch, valid and test metrics,
+seconds, machine); the causality audit of the same files is `bench_peer_audit.py`.
+
+Models: sparsekt (top-k, emb_type qid_sparseattn) and sparsekt_soft (qid_accumulative_attn), at
+pyKT's kt_config.json sizes for sparseKT (d_model 256, 2 blocks, 8 heads, final layers 512/256,
+dropout 0.2; k 5, ratio 0.8: our `sparsekt` paper preset, mapped by peer_zoo.their_sizes).
+pyKT is not a project dependency: this script is run by hand (hours on one CPU core a run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+from peer_zoo import their_sizes  # noqa: E402
+from pykt_loader import load_pykt  # noqa: E402
+
+from kt_lib.data import load_bundle  # noqa: E402
+from kt_lib.evaluate import evaluate  # noqa: E402
+from kt_lib.models import build_model  # noqa: E402
+from kt_lib.models.base import BaseConfig, KTModel, ModelOutput  # noqa: E402
+from kt_lib.provenance import device_name  # noqa: E402
+from kt_lib.train import TrainConfig, fit  # noqa: E402
+
+EMB_TYPE = {"sparsekt": "qid_sparseattn", "sparsekt_soft": "qid_accumulative_attn"}
+EPS = 1e-6  # pyKT's models return probabilities; logits of them clamped away from 0 and 1
+
+
+@dataclass
+class PeerConfig(BaseConfig):
+    """The wrapped model's vocabulary (BaseConfig) and pyKT's constructor arguments."""
+
+    model: str = "sparsekt"
+    kwargs: dict | None = None
+
+
+class PyktPeer(KTModel):
+    """pyKT's model behind the workbook's API: batch -> pyKT's dcur -> logits for every step.
+
+    pyKT's dcur holds x[:, :-1] and shft_x = x[:, 1:], each zeroed where it is padding (right
+    padding: pyKT's `masks` on shft_x); sparseKT rebuilds the whole window as cat(x[:, :1], shft_x) and returns the
+    prediction for each step t, so logits[:, t] is scored against r_t as ours are."""
+
+    registry_name = "pykt_peer"
+    config_cls = PeerConfig
+    attends = False
+
+    def __init__(self, config: PeerConfig, inner: torch.nn.Module):
+        super().__init__(config)
+        self.inner = inner
+
+    def forward(self, batch, return_attention: bool = False) -> ModelOutput:
+        m = batch.mask
+        d = {"masks": m[:, 1:], "smasks": m[:, 1:]}
+        for key, x in (("qseqs", batch.q), ("cseqs", batch.q), ("rseqs", batch.r)):
+            d[key] = x[:, :-1] * m[:, :-1]  # a window of one step keeps its step 0
+            d["shft_" + key] = x[:, 1:] * m[:, 1:]
+        y = self.inner(d)
+        p = (y[0] if isinstance(y, tuple) else y).clamp(EPS, 1 - EPS)
+        return ModelOutput(torch.logit(p))
+
+
+def build_peer(name: str, src: Path, num_c: int, max_len: int) -> tuple[PyktPeer, dict]:
+    """pyKT's model `name` from the checkout `src` at our paper preset's sizes."""
+    ours = build_model("sparsekt", preset="paper", num_c=num_c).config
+    kw, _ = their_sizes("sparsekt", ours)
+    kw["emb_type"] = EMB_TYPE[name]
+    mods = load_pykt("cpu", ("sparsekt",), root=src, pkg=f"_peer_{abs(hash(str(src)))}")
+    inner = mods["sparsekt"].sparseKT(num_c, 0, seq_len=max_len, **kw)
+    return PyktPeer(PeerConfig(num_c=num_c, model=name, kwargs=kw), inner), kw
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--pykt-src", required=True, help="a checkout's pykt/models")
+    p.add_argument("--label", required=True, help="which revision, recorded in each row")
+    p.add_argument("--model", choices=sorted(EMB_TYPE), default="sparsekt")
+    p.add_argument("--data-dir", required=True)
+    p.add_argument("--fold", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--patience", type=int, default=5)
+    p.add_argument("--max-students", type=int, default=None, help="a quick trial on fewer")
+    p.add_argument("--out", default="benchmarks/results/peer_train_sparsekt.json")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    bundle = load_bundle(a.data_dir, "pykt", fold=a.fold)
+    train, valid, test = bundle.train, bundle.valid, bundle.test
+    if a.max_students:
+        train, valid, test = (
+            s.subset(range(min(a.max_students, len(s)))) for s in (train, valid, test)
+        )
+    cfg = TrainConfig.recipe(
+        "workbook", epochs=a.epochs, patience=a.patience, progress=False, verbose=True
+    )
+    torch.manual_seed(0)
+    model, kw = build_peer(a.model, Path(a.pykt_src), train.num_c, cfg.max_len)
+    t0 = time.perf_counter()
+    res = fit(model, train, valid, cfg, seed=0)
+    row = {
+        "model": a.model,
+        "pykt": a.label,
+        "data": Path(a.data_dir).name,
+        "fold": a.fold,
+        "kwargs": kw,
+        "max_students": a.max_students,
+        "best_epoch": res.best_epoch,
+        "epochs_run": len(res.history),
+        "valid": evaluate(res.model, valid),
+        "test": evaluate(res.model, test),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "machine": device_name("cpu"),
+        "history": res.history.to_dict("records"),
+    }
+    print(json.dumps({k: row[k] for k in ("model", "pykt", "best_epoch", "test")}), flush=True)
+    with open(a.out, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
