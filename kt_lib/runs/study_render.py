@@ -1,6 +1,6 @@
 """A study's block for the README and docs/, from its results file alone (`kt study render`):
 per (dataset, model) the headline metrics beside the published figures, then the study's pairs.
-It reads a `runs.studies.Study` without importing that module (studies imports this one)."""
+It reads the fields of a `runs.study.Study` and imports neither study module."""
 
 from __future__ import annotations
 

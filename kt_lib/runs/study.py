@@ -1,0 +1,136 @@
+"""A study of record as data: its parts (datasets x models), variants, folds or seeds, recipe and
+results file, and the plan of runs it makes (`kt_lib.runs.studies` names the studies and runs
+them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from ..data.prepare import prepare as prepare_raw
+from ..provenance import ROOT
+from ..train import TrainConfig
+from .plan import LeaderboardPlan
+from .spec import ModelSettings
+
+RESULTS = ROOT / "results"
+CHECKPOINTS = ROOT / "runs" / "checkpoints"  # git-ignored: per-run epoch checkpoints of studies
+# the public datasets' folder: $KT_DATA, else ../shared/data beside the checkout
+DATA_ROOT = Path(os.environ.get("KT_DATA") or ROOT.parent / "shared" / "data")
+PREPARED = ROOT / "data" / "prepared"  # git-ignored: folders `prepare` makes from raw files
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """Models trained on datasets ((folder name, format) pairs) under a study's plan."""
+
+    datasets: tuple[tuple[str, str], ...]
+    models: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """One study of record: its parts, its variants and the comparisons it answers."""
+
+    name: str
+    question: str
+    parts: tuple[Part, ...]
+    variants: dict = dataclasses.field(default_factory=dict)
+    overrides: dict = dataclasses.field(default_factory=dict)
+    pairs: tuple[tuple[str, str], ...] = ()
+    folds: int = 3  # the files' folds 1-3 (line3) / 0-2 (pykt) where a dataset has folds
+    seeds: tuple[int, ...] = (0, 1, 2)  # else these seeds
+    preset: str = "paper"
+    epochs: int = 30
+    patience: int = 5
+    histories: tuple[str, ...] = ("window",)
+    filling: bool = False  # being filled run by run: `status` lists what is left
+    # folders made from raw files on first use: folder -> (prepare's dataset name, raw folder
+    # under the data root, prepare options); written under PREPARED/<folder>, read as pykt
+    prepare: dict = dataclasses.field(default_factory=dict)
+    published: bool = False  # render the published figures beside each cell
+    breakdown: bool = False  # render AUC by the scored step's position in the history
+
+    def __post_init__(self) -> None:
+        """Variants and overrides are checked against the models' configs when a study is
+        declared, not when its first part runs."""
+        ModelSettings.parse(self.overrides, self.variants)
+
+    def train_config(self, device: str = "cpu") -> TrainConfig:
+        return TrainConfig.recipe(
+            "workbook",
+            epochs=self.epochs,
+            patience=self.patience,
+            device=device,
+            progress=False,
+            verbose=True,
+        )
+
+    def first(self, n: int | None) -> Study:
+        """The study narrowed to the first `n` folds (or seeds) of each cell, the same run keys:
+        `run --first 3` fills every cell's first three before any cell's fourth."""
+        if n is None:
+            return self
+        if n < 1:
+            raise ValueError(f"first must be >= 1, got {n}")
+        return dataclasses.replace(self, folds=min(n, self.folds), seeds=self.seeds[:n])
+
+    def only(self, models: list[str] | tuple[str, ...] | None) -> Study:
+        """The study narrowed to the cells of `models` (the labels `status` lists: a model or a
+        variant), the same run keys, so `run --models a b` fills those cells first and leaves the
+        others for a later run (a long run need not hold a core while cheaper ones wait)."""
+        if not models:
+            return self
+        known = list(dict.fromkeys(m for part in self.parts for m in part.models))
+        unknown = [m for m in models if m not in known]
+        if unknown:
+            raise ValueError(f"study {self.name} has no model {unknown}; its models: {known}")
+        parts = [Part(p.datasets, tuple(m for m in p.models if m in models)) for p in self.parts]
+        return dataclasses.replace(self, parts=tuple(p for p in parts if p.models))
+
+    @property
+    def path(self) -> Path:
+        return RESULTS / f"{self.name}.json"
+
+    def folder(self, name: str, data_root: str | Path = DATA_ROOT) -> Path:
+        """Where dataset folder `name` is read: prepared ones under PREPARED (pykt layout),
+        the others under `data_root`."""
+        if name in self.prepare:
+            return PREPARED / name / "pykt"
+        return Path(data_root) / name
+
+    def ensure_prepared(self, data_root: str | Path = DATA_ROOT) -> None:
+        """Prepare each missing `prepare` folder from its raw files under `data_root`."""
+        for name, (dataset, raw, options) in self.prepare.items():
+            if not self.folder(name).is_dir():
+                print(f"{self.name}: preparing {name} from {Path(data_root) / raw}")
+                prepare_raw(dataset, Path(data_root) / raw, PREPARED / name, **options)
+
+    def part_plans(self, data_root: str | Path = DATA_ROOT) -> list[LeaderboardPlan]:
+        """Each part as a `LeaderboardPlan`, its datasets found under `data_root` by name."""
+        return [
+            LeaderboardPlan.of(
+                [(str(self.folder(folder, data_root)), fmt) for folder, fmt in part.datasets],
+                part.models,
+                preset=self.preset,
+                seeds=self.seeds,
+                folds=self.folds,
+                overrides=self.overrides,
+                variants=self.variants,
+                histories=self.histories,
+            )
+            for part in self.parts
+        ]
+
+    def plan(self, data_root: str | Path = DATA_ROOT) -> list[dict]:
+        """Every run of the study: dataset, model, fold, seed and run_key (as `run_plan` keys
+        them), without running anything."""
+        train = self.train_config()
+        return [
+            dict(
+                dataset=r.dataset, model=r.name, fold=r.spec.data.fold, seed=r.spec.seed, key=r.key
+            )
+            for plan in self.part_plans(data_root)
+            for r in plan.runs(train)
+        ]
