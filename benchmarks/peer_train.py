@@ -61,8 +61,9 @@ class PyktPeer(KTModel):
     """pyKT's model behind the workbook's API: batch -> pyKT's dcur -> logits for every step.
 
     pyKT's dcur holds x[:, :-1] and shft_x = x[:, 1:], each zeroed where it is padding (right
-    padding: pyKT's `masks` on shft_x); sparseKT rebuilds the whole window as cat(x[:, :1], shft_x) and returns the
-    prediction for each step t, so logits[:, t] is scored against r_t as ours are."""
+    padding: pyKT's `masks` on shft_x); sparseKT rebuilds the whole window as
+    cat(x[:, :1], shft_x) and returns the prediction for each step t, so logits[:, t] is scored
+    against r_t as ours are."""
 
     registry_name = "pykt_peer"
     config_cls = PeerConfig
