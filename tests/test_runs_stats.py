@@ -9,7 +9,13 @@ import pandas as pd
 import pytest
 from scipy import stats as st
 
-from kt_lib.runs.stats import compare_pairs, lower_is_better, paired_comparison, pairs_markdown
+from kt_lib.runs.stats import (
+    compare_pairs,
+    detectable_effect,
+    lower_is_better,
+    paired_comparison,
+    pairs_markdown,
+)
 
 
 def runs_frame(a: np.ndarray, b: np.ndarray, dataset: str = "d1") -> pd.DataFrame:
@@ -84,6 +90,32 @@ def test_fewer_than_two_pairs_give_nan_with_a_note():
     assert "0 pairs" in none.note and none.better == ""
     same = paired_comparison(runs_frame(np.array([0.7, 0.8]), np.array([0.6, 0.7])), "a", "b")
     assert math.isnan(same.p_ttest) and "no spread" in same.note
+
+
+def test_the_detectable_effect_has_80_percent_power():
+    # many pairs: the normal approximation (z_0.975 + z_0.8) * sd / sqrt(n)
+    normal = (st.norm.ppf(0.975) + st.norm.ppf(0.8)) * 0.01 / math.sqrt(2000)
+    assert detectable_effect(0.01, 2000) == pytest.approx(normal, rel=2e-3)
+    # six pairs: simulated paired t-tests at that shift reject 80% of the time
+    n, sd = 6, 0.004
+    delta = detectable_effect(sd, n)
+    assert delta > (st.norm.ppf(0.975) + st.norm.ppf(0.8)) * sd / math.sqrt(n)  # few pairs cost
+    d = np.random.default_rng(0).normal(delta, sd, (40_000, n))
+    p = st.ttest_1samp(d, 0.0, axis=1).pvalue
+    assert (p < 0.05).mean() == pytest.approx(0.8, abs=0.01)
+    assert detectable_effect(sd, 2 * n) < delta  # more pairs detect less
+    assert math.isnan(detectable_effect(sd, 1)) and math.isnan(detectable_effect(0.0, 5))
+
+
+def test_each_comparison_carries_its_detectable_effect():
+    a = np.array([0.71, 0.74, 0.69, 0.73, 0.75])
+    b = np.array([0.70, 0.71, 0.70, 0.70, 0.72])
+    res = paired_comparison(runs_frame(a, b), "a", "b")
+    assert res.detectable == pytest.approx(detectable_effect((a - b).std(ddof=1), 5))
+    assert math.isnan(paired_comparison(runs_frame(a[:1], b[:1]), "a", "b").detectable)
+    md = pairs_markdown(compare_pairs(runs_frame(a, b), ["a:b"]))
+    assert "| detectable (80%) |" in md.splitlines()[0]
+    assert f"| {res.detectable:.4f} |" in md.splitlines()[2]
 
 
 def test_compare_pairs_table_and_markdown():

@@ -2,8 +2,11 @@
 
 Two runs pair when they share the `by` columns (dataset, fold, seed by default): same students,
 same split, same seed. The differences a - b of the pairs give the mean difference, its 95%
-t-interval, a paired t-test and a Wilcoxon signed-rank test (scipy.stats). Rows without a
-partner are counted, never silently dropped; failed runs (no metric) are counted apart.
+t-interval, a paired t-test and a Wilcoxon signed-rank test (scipy.stats), and the smallest
+effect the comparison could have detected (`detectable_effect`: the mean difference that the
+paired t-test, two-sided at 5%, finds with 80% power given the number of pairs and the observed
+spread of their differences). Rows without a partner are counted, never silently dropped; failed
+runs (no metric) are counted apart.
 
     from kt_lib.runs.stats import compare_pairs, pairs_markdown
     table = compare_pairs(runs, [("simakt", "dtransformer"), ("idkt", "akt")], per="dataset")
@@ -19,6 +22,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import optimize
 from scipy import stats as st
 
 from ..provenance import device_kind
@@ -48,6 +52,8 @@ class PairedComparison:
     unmatched_b: int
     failed: int  # runs of a or b without the metric (failed runs), left out
     note: str = ""
+    # the smallest |mean difference| the t-test detects with 80% power (`detectable_effect`)
+    detectable: float = math.nan
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -59,6 +65,32 @@ def lower_is_better(metric: str) -> bool:
     return any(
         name == m or name.endswith(f"_{m}") or name.startswith(f"{m}_") for m in LOWER_IS_BETTER
     )
+
+
+def detectable_effect(sd: float, n: int, power: float = 0.8, alpha: float = 0.05) -> float:
+    """The smallest true mean difference |delta| that a two-sided paired t-test at level `alpha`
+    rejects with probability `power`, for `n` pairs whose differences have standard deviation
+    `sd`: under delta the statistic follows a noncentral t with n - 1 degrees of freedom and
+    noncentrality delta * sqrt(n) / sd, and delta is solved for exactly (no normal shortcut,
+    which understates it for few pairs). NaN with fewer than 2 pairs or no spread."""
+    if n < 2 or not sd > 0 or not math.isfinite(sd):
+        return math.nan
+    df = n - 1
+    crit = float(st.t.ppf(1 - alpha / 2, df))
+
+    def shortfall(delta: float) -> float:
+        nc = delta * math.sqrt(n) / sd
+        # the wrong-sign tail, P(T < -crit), is negligible where scipy returns NaN for it
+        wrong = float(np.nan_to_num(st.nct.cdf(-crit, df, nc)))
+        right = float(st.nct.sf(crit, df, nc))
+        if math.isnan(right):  # far past the critical value
+            right = 1.0 if nc > crit else 0.0
+        return right + wrong - power
+
+    hi = sd
+    while shortfall(hi) < 0:
+        hi *= 2
+    return float(optimize.brentq(shortfall, 0.0, hi, xtol=sd * 1e-9))
 
 
 DEVICE = "device_name"  # the runs table's column naming the device of each run
@@ -121,7 +153,7 @@ def paired_comparison(
     notes = []
     mean_diff = float(d.mean()) if n else math.nan
     ci = (math.nan, math.nan)
-    p_t = p_w = math.nan
+    p_t = p_w = detectable = math.nan
     if n < 2:
         notes.append(f"{n} pair{'s' if n != 1 else ''}: tests need at least 2")
     elif np.allclose(d, d[0], rtol=1e-12, atol=1e-15):
@@ -132,6 +164,7 @@ def paired_comparison(
         half = float(st.t.ppf(0.975, n - 1)) * sem
         ci = (mean_diff - half, mean_diff + half)
         p_t = float(st.ttest_rel(xa, xb).pvalue)
+        detectable = detectable_effect(float(d.std(ddof=1)), n)
     if n >= 2:
         if np.all(d == 0):
             notes.append("every difference is 0: no Wilcoxon test")
@@ -172,6 +205,7 @@ def paired_comparison(
         unmatched[b],
         failed,
         "; ".join(notes),
+        detectable,
     )
 
 
@@ -219,7 +253,8 @@ def _p(v: float) -> str:
 
 
 def pairs_markdown(table: pd.DataFrame, digits: int = 4) -> str:
-    """A `compare_pairs` table as GitHub markdown: a - b with its interval, p-values, n."""
+    """A `compare_pairs` table as GitHub markdown: a - b with its interval, p-values, n and the
+    smallest difference the pairs could detect at 80% power."""
     f = lambda v: "-" if pd.isna(v) else f"{v:+.{digits}f}"  # noqa: E731
     extra = [c for c in table.columns if c not in PairedComparison.__dataclass_fields__]
     rows = []
@@ -236,6 +271,9 @@ def pairs_markdown(table: pd.DataFrame, digits: int = 4) -> str:
                 "t-test p": _p(r["p_ttest"]),
                 "Wilcoxon p": _p(r["p_wilcoxon"]),
                 "pairs": int(r["n_pairs"]),
+                "detectable (80%)": "-"
+                if pd.isna(r["detectable"])
+                else f"{r['detectable']:.{digits}f}",
                 "better (measured)": r["better"],
                 "note": r["note"],
             }
