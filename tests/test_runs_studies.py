@@ -49,9 +49,9 @@ def test_first_n_narrows_every_cell_to_its_first_folds_with_the_same_keys(name):
 
 
 def test_status_and_run_take_first_and_refuse_zero(capsys):
-    studies.main(["status", "simakt", "--first", "1"])
+    studies.main(["status", "pairs", "--first", "1"])
     done = capsys.readouterr().out.splitlines()[0]
-    assert done.startswith("simakt: ") and " runs done, 0 left" in done
+    assert done.startswith("pairs: ") and " runs done, 0 left" in done
     for cmd in ("status", "run"):
         with pytest.raises(SystemExit) as exc:
             studies.main([cmd, "simakt", "--first", "0"])
@@ -181,3 +181,18 @@ def test_cells_cost_a_left_run_from_its_cell_then_its_model_then_every_run():
     assert got["b", "sakt"]["basis"] == "guess"
     assert got["b", "sakt"]["hours_left"] == pytest.approx(2 * 280 / 3600)
     assert got["b", "akt"]["left"] == 0 and got["b", "akt"]["hours_left"] == 0
+
+
+def test_a_left_run_costs_what_runs_on_its_device_kind_cost():
+    rows = [
+        {"dataset": "a", "model": "dkt", "wall_seconds": 30, "device_name": "NVIDIA H100"},
+        {"dataset": "a", "model": "dkt", "wall_seconds": 600, "device_name": "Intel Xeon"},
+        {"dataset": "b", "model": "akt", "wall_seconds": 20, "device_name": "NVIDIA H100"},
+    ]
+    assert studies.run_cost(rows, "a", "dkt", "cpu") == (600, "measured")
+    assert studies.run_cost(rows, "a", "dkt", "gpu") == (30, "measured")
+    assert studies.run_cost(rows, "b", "akt", "gpu") == (20, "measured")
+    # no akt run on a CPU: the CPU runs' mean (a guess) before any GPU figure
+    assert studies.run_cost(rows, "b", "akt", "cpu") == (600, "guess")
+    gpu_only = [r for r in rows if "H100" in r["device_name"]]
+    assert studies.run_cost(gpu_only, "b", "akt", "cpu") == (20, "measured on gpu")

@@ -1,11 +1,11 @@
-"""kt_lib.runs.study_render: a cell's device column."""
+"""kt_lib.runs.study_render: a cell's device column, the pairs by history position, the blocks."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from kt_lib.runs.study_render import _devices, write_blocks
+from kt_lib.runs.study_render import _devices, pair_breakdown, write_blocks
 
 
 def test_a_cell_is_mixed_only_when_it_mixes_cpu_and_gpu_runs():
@@ -28,3 +28,27 @@ def test_write_blocks_replaces_each_block_and_only_it(tmp_path):
     assert write_blocks("s", "new\n", [a, b]) == []  # unchanged: nothing written
     with pytest.raises(ValueError, match="no <!-- study:u --> block"):
         write_blocks("u", "new\n", [a, b])
+
+
+def test_the_pairs_by_history_position_pair_each_bucket_alone():
+    rows = []
+    for seed in range(4):
+        for model, early in (("a", 0.70 + 0.01 * seed), ("b", 0.66 + 0.01 * seed)):
+            rows.append(
+                {"dataset": "d", "model": model, "fold": None, "seed": seed,
+                 "test_auc@pos1-10": early, "test_auc@pos11-50": 0.75 + 0.001 * seed}
+            )  # fmt: skip
+    old = {"dataset": "d", "model": "a", "fold": None, "seed": 9}  # before the breakdown
+    runs = pd.DataFrame([*rows, old])
+    out = pair_breakdown(runs, [("a", "b")])
+    assert out[0].startswith("Paired by history position")
+    lines = out[1].splitlines()
+    assert lines[0].startswith("| position | a - b | metric | mean diff |")
+    first, second = lines[2], lines[3]
+    assert first.startswith("| pos1-10 | a - b | test_auc | +0.0400 |") and "| 4 |" in first
+    assert second.startswith("| pos11-50 | a - b | test_auc | +0.0000 |")
+    assert len(lines) == 4  # no pos51-200 column: no row
+    assert (
+        pair_breakdown(runs.drop(columns=["test_auc@pos1-10", "test_auc@pos11-50"]), [("a", "b")])
+        == []
+    )

@@ -38,6 +38,8 @@ class Study:
     parts: tuple[Part, ...]
     variants: dict = dataclasses.field(default_factory=dict)
     overrides: dict = dataclasses.field(default_factory=dict)
+    # dataset folder name -> {model or variant: fields} on that dataset alone (smaller banks)
+    dataset_overrides: dict = dataclasses.field(default_factory=dict)
     pairs: tuple[tuple[str, str], ...] = ()
     folds: int = 3  # the files' folds 1-3 (line3) / 0-2 (pykt) where a dataset has folds
     seeds: tuple[int, ...] = (0, 1, 2)  # else these seeds
@@ -51,11 +53,12 @@ class Study:
     prepare: dict = dataclasses.field(default_factory=dict)
     published: bool = False  # render the published figures beside each cell
     breakdown: bool = False  # render AUC by the scored step's position in the history
+    pair_breakdown: bool = False  # and the pairs' differences at each position, pooled
 
     def __post_init__(self) -> None:
         """Variants and overrides are checked against the models' configs when a study is
         declared, not when its first part runs."""
-        ModelSettings.parse(self.overrides, self.variants)
+        ModelSettings.parse(self.overrides, self.variants, self.dataset_overrides)
 
     def train_config(self, device: str = "cpu") -> TrainConfig:
         return TrainConfig.recipe(
@@ -118,6 +121,7 @@ class Study:
                 folds=self.folds,
                 overrides=self.overrides,
                 variants=self.variants,
+                dataset_overrides=self.dataset_overrides,
                 histories=self.histories,
             )
             for part in self.parts

@@ -81,9 +81,36 @@ def render(study, path: str | Path | None = None) -> str:
             if runs["dataset"].nunique() > 1:
                 pooled = compare_pairs(runs, pairs_m, metric=m)
                 out += [f"Paired, pooled over datasets ({m}):", pairs_markdown(pooled)]
+    if study.pair_breakdown and pairs:
+        out += pair_breakdown(runs, pairs)
     hours = runs["wall_seconds"].sum() / 3600
     out.append(f"{len(runs)} runs; their wall times add up to {hours:.2f} h.")
     return "\n\n".join(x.strip() for x in out) + "\n"
+
+
+def pair_breakdown(runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> list[str]:
+    """The pairs' test-AUC differences at each history position (pooled over datasets, paired
+    by dataset, fold and seed): where in a student's log a difference sits, e.g. whether
+    collaborative memory helps the first steps. Runs recorded before the breakdown existed have
+    no such columns and pair nowhere."""
+    frames = []
+    for col in BREAKDOWN:
+        m = f"test_auc@{col}"
+        if m not in runs:
+            continue
+        has = set(runs.loc[runs[m].notna(), "model"])
+        present = [p for p in pairs if set(p) <= has]
+        if present:
+            frames.append(compare_pairs(runs, present, metric=m).assign(position=col))
+    if not frames:
+        return []
+    table = pd.concat(frames, ignore_index=True)
+    table = table.sort_values(["a", "b"], kind="stable")[["position", *table.columns[:-1]]]
+    return [
+        "Paired by history position, pooled over datasets (test AUC of the steps at positions "
+        "A-B; runs without the breakdown pair nowhere):",
+        pairs_markdown(table.drop(columns="metric").assign(metric="test_auc")),
+    ]
 
 
 ORDINAL_SHOWN = ("test_acc", "test_mae", "test_spearman", "test_macro_f1", "test_auc_ge1")
