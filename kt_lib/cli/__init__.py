@@ -4,6 +4,7 @@
     kt run --models M ... [--data-dir D]     one experiment: train, test once, one row per model
     kt study list|status|run|render NAME     the studies of record (results/<name>.json)
     kt leaderboard FILE... [--pairs A:B]     results files as one table, paired tests
+    kt budget search|best [...]              seed 000's equal tuning budget (Optuna)
     kt memory build ...                      SimAKT's memory banks, once per dataset
     kt report run|check|index ...            notebooks -> HTML reports
     kt bench NAME [...]                      a checkout's benchmarks/bench_NAME.py (models, peers)
@@ -31,6 +32,7 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "run": ("kt_lib.runs.experiment", (), "one experiment: train registered models, test once"),
     "study": ("kt_lib.runs.studies", (), "the studies of record: list, status, run, render"),
     "leaderboard": ("kt_lib.runs.leaderboard", (), "results files as one table, paired tests"),
+    "budget": ("kt_lib.runs.budget", (), "seed 000's equal tuning budget: search, best"),
     "memory": ("kt_lib.cli.memory", (), "build SimAKT's memory banks once per dataset"),
     "report": ("kt_lib.reports", (), "run notebooks with Papermill, render HTML reports"),
     "bench": ("", (), "run benchmarks/bench_NAME.py of this checkout"),

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from ..provenance import ROOT, device_kind
+from .budget import BUDGET, tuned_variants
 from .execute import ExecConfig
 from .leaderboard import run_plan
 from .results import read_runs
@@ -102,6 +103,32 @@ _SEED_MODELS = (
     "attention_gpcm",
     "modular_attention_gpcm",
 )
+
+
+def tuned_study(variants: dict[str, dict]) -> Study:
+    """Seed 000's rows after the equal tuning budget (`kt_lib.runs.budget`): each label's best
+    configuration as `<label>_tuned`, five seeds on algebra05 (the split the search used: its
+    validation students chose them; test is read once per run), paired as the simakt study."""
+    tuned = [f"{label}_tuned" for label in BUDGET if f"{label}_tuned" in variants]
+    presets = [t for t in tuned if t not in ("dtransformer_tuned", "simakt_no_inter_tuned")]
+    bases = [t for t in ("dtransformer_tuned", "simakt_no_inter_tuned") if t in tuned]
+    pairs = [(v, b) for v in presets for b in bases]
+    if len(bases) == 2:
+        pairs.append(("simakt_no_inter_tuned", "dtransformer_tuned"))
+    return Study(
+        name="simakt_tuned",
+        question="Seed 000 under an equal tuning budget: every row's best configuration of the "
+        "same number of Optuna trials on algebra05's validation students, five seeds",
+        parts=(Part((ALG05,), tuple(tuned)),),
+        variants=variants,
+        pairs=tuple(pairs),
+        seeds=(0, 1, 2, 3, 4),
+        filling=True,
+        breakdown=True,
+        pair_breakdown=True,
+    )
+
+
 STUDIES = {
     s.name: s
     for s in [
@@ -239,6 +266,8 @@ STUDIES = {
         ),
     ]
 }
+if tuned_variants():  # the tuned rows exist once `kt budget best` has run
+    STUDIES["simakt_tuned"] = tuned_study(tuned_variants())
 
 
 def get(name: str) -> Study:
