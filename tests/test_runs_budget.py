@@ -1,6 +1,7 @@
-"""kt_lib.runs.budget: seed 000's equal tuning budget. Every label searches the shared settings,
-a preset also its own; the drawn settings build the model they name; a search resumes with the
-trials it lacks; the best configurations become the simakt_tuned study's variants."""
+"""kt_lib.runs.budget: comparisons under an equal tuning budget. Every SimAKT label searches the
+shared settings, a preset also its own (its off heads stay off); the ordinal labels their own
+fields; drawn settings build the model they name; a search resumes with the trials it lacks; the
+best configurations (learning rate included) become a study's `_tuned` variants."""
 
 from __future__ import annotations
 
@@ -15,26 +16,37 @@ from kt_lib.runs import budget, studies
 from kt_lib.runs.search import trial_settings
 from kt_lib.train import TrainConfig
 
+SIMAKT, ORDINAL = budget.BUDGETS["simakt"], budget.BUDGETS["ordinal"]
 
-def test_every_label_searches_the_shared_settings_and_a_preset_its_own():
-    spaces = {label: budget.label_space(label, 400) for label in budget.BUDGET}
+
+def test_every_simakt_label_searches_the_shared_settings_and_a_preset_its_own():
+    spaces = {label: SIMAKT.space(label, 400) for label in SIMAKT.labels}
     for label, space in spaces.items():
-        assert set(budget.SHARED_SPACE) <= set(space) and "lr" not in space, label
+        assert set(budget.SHARED_SPACE) <= set(space), label
     assert set(spaces["dtransformer"]) == set(budget.SHARED_SPACE)
     assert set(spaces["simakt_no_inter"]) == set(budget.SHARED_SPACE)
     assert {"cluster_weight", "n_clusters"} <= set(spaces["simakt_cluster_only"])
     assert {"knn_weight", "k_neighbors"} <= set(spaces["simakt_knn_only"])
-    assert "knn_weight" not in spaces["simakt_cluster_only"]  # acts on nothing there
+    assert "knn_weight" not in spaces["simakt_cluster_only"]  # its KNN head stays off
+    assert "cluster_weight" not in spaces["simakt_knn_only"]
 
 
-@pytest.mark.parametrize("label", list(budget.BUDGET))
+def test_the_ordinal_labels_search_their_own_fields_and_the_learning_rate():
+    assert set(ORDINAL.space("modular_attention_gpcm", 400)) >= {"lr", "distance_penalty", "fusion"}
+    assert set(ORDINAL.space("dkt_gpcm", 400)) == {"lr", "d"}
+    assert ORDINAL.fields("dkt_gpcm", {"lr": 2e-3, "d": 64}) == {"d": 64}
+    with pytest.raises(ValueError, match="budget 'ordinal' has no label 'akt'"):
+        ORDINAL.space("akt", 400)
+
+
+@pytest.mark.parametrize("label", list(SIMAKT.labels))
 def test_drawn_settings_build_the_model_the_label_names(label):
     sim = simulate(num_students=40, seq_len=12, num_c=5, seed=0).data
-    space = budget.label_space(label, len(sim))
     trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1)).ask()
-    settings = trial_settings(trial, space)
-    model_name, _ = budget.BUDGET[label]
-    fields = budget.label_fields(label, settings)
+    settings = trial_settings(trial, SIMAKT.space(label, len(sim)))
+    model_name, _ = SIMAKT.labels[label]
+    fields = SIMAKT.fields(label, settings)
+    assert "lr" not in fields  # a training setting: the variant's lr
     model = build_model(model_name, preset="tiny", dataset=sim, **fields)
     assert model.config.dropout == pytest.approx(settings["dropout"])
     assert (model.config.n_know, model.config.d_fc) == (settings["n_know"], settings["d_fc"])
@@ -44,34 +56,56 @@ def test_drawn_settings_build_the_model_the_label_names(label):
         assert any(getattr(h.params, "k_neighbors", None) == k for h in heads)
 
 
-def test_a_search_resumes_and_its_best_become_the_tuned_study(tmp_path, monkeypatch):
+def test_a_search_resumes_and_its_best_become_the_tuned_study(tmp_path):
     sim = simulate(num_students=50, seq_len=12, num_c=5, seed=2).data
     bundle = type("B", (), {"train": sim.subset(range(40)), "valid": sim.subset(range(40, 50))})
     storage = f"sqlite:///{tmp_path / 'budget.db'}"
     cfg = TrainConfig(epochs=1, progress=False)
     for label in ("dtransformer", "simakt_knn_only"):
-        budget.search_label(bundle, label, 2, cfg, storage, preset="tiny")
+        budget.search_label(SIMAKT, bundle, label, 2, cfg, storage, preset="tiny")
         assert budget.finished_trials(storage, label) == 2
-    budget.search_label(bundle, "dtransformer", 3, cfg, storage, preset="tiny")
+    budget.search_label(SIMAKT, bundle, "dtransformer", 3, cfg, storage, preset="tiny")
     assert budget.finished_trials(storage, "dtransformer") == 3  # one more, not three
-    best = budget.best_configs(storage)
+    best = budget.best_configs(SIMAKT, storage)
     assert set(best) == {"dtransformer", "simakt_knn_only"}
     assert best["dtransformer"]["trials"] == {"complete": 3}
-    assert set(best["dtransformer"]["fields"]) == set(budget.SHARED_SPACE)
+    assert set(best["dtransformer"]["fields"]) == set(budget.SHARED_SPACE) - {"lr"}
+    assert best["dtransformer"]["lr"] == best["dtransformer"]["params"]["lr"]
     knn = best["simakt_knn_only"]
     heads = {h["type"]: h for h in knn["fields"]["similarity"]["inter_heads"]}
     assert heads["knn"]["influence_weight"] == knn["params"]["knn_weight"]
     assert heads["cluster"]["influence_weight"] == 0.0  # knn_only stays knn-only
     out = tmp_path / "tuning.json"
-    budget.main(["best", "--storage", storage, "--out", str(out)])
+    budget.main(["best", "simakt", "--storage", storage, "--out", str(out)])
     assert json.loads(out.read_text())["labels"].keys() == best.keys()
-    variants = budget.tuned_variants(out)
+    variants = budget.tuned_variants(SIMAKT, out)
     assert variants["dtransformer_tuned"]["model"] == "dtransformer"
     study = studies.tuned_study(variants)
     assert study.pairs == (("simakt_knn_only_tuned", "dtransformer_tuned"),)
-    plan = study.plan()
-    assert {r["model"] for r in plan} == {"dtransformer_tuned", "simakt_knn_only_tuned"}
-    assert sorted({r["seed"] for r in plan}) == [0, 1, 2, 3, 4]
-    assert budget.tuned_variants(tmp_path / "none.json") == {}
-    with pytest.raises(ValueError, match="no label 'nope'"):
-        budget.search_label(bundle, "nope", 1, cfg, storage)
+    plan = {(r["model"], r["seed"]) for r in study.plan()}
+    assert {m for m, _ in plan} == {"dtransformer_tuned", "simakt_knn_only_tuned"}
+    assert sorted({s for _, s in plan}) == [0, 1, 2, 3, 4]
+    runs = study.part_plans()[0].runs(study.train_config())
+    tuned_lr = {r.name: r.spec.train.lr for r in runs}
+    assert tuned_lr["dtransformer_tuned"] == pytest.approx(best["dtransformer"]["lr"])
+    assert budget.tuned_variants(SIMAKT, tmp_path / "none.json") == {}
+
+
+def test_tuned_rows_join_a_study_as_a_last_part_paired_with_their_models():
+    base = studies.get("ordinal_oulad")
+    variants = {"dkt_gpcm_tuned": {"model": "dkt_gpcm", "lr": 2e-3, "d": 64}}
+    grown = studies.with_tuned_rows(base, variants)
+    assert grown.parts[:-1] == base.parts
+    assert grown.parts[-1].models == ("dkt_gpcm_tuned",)
+    assert {d for d, _ in grown.parts[-1].datasets} == {"oulad_k5", "oulad_k4"}
+    assert ("dkt_gpcm_tuned", "dkt_gpcm") in grown.pairs
+    old = {r["key"] for r in base.plan()}
+    assert old <= {r["key"] for r in grown.plan()}  # the runs before keep their keys
+
+
+def test_the_cli_refuses_an_unknown_label_before_any_trial(capsys):
+    with pytest.raises(SystemExit) as exc:
+        budget.main(["search", "ordinal", "--trials", "0"])
+    assert exc.value.code == 2 and "--trials 0" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="has no label 'akt'"):
+        budget.main(["search", "simakt", "--labels", "akt"])

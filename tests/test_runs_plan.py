@@ -82,3 +82,22 @@ def test_a_plan_built_directly_keys_its_histories_as_of_does():
     made = LeaderboardPlan.of([(None, None)], ["dkt"], histories=["sliding"])
     assert direct.histories == made.histories == ("window", "sliding")
     assert [r.key for r in direct.runs()] == [r.key for r in made.runs()]
+
+
+def test_a_variant_with_its_own_lr_trains_with_it_and_keys_it():
+    from kt_lib.runs.plan import LeaderboardPlan
+    from kt_lib.train import TrainConfig
+
+    variants = {"dkt_fast": {"model": "dkt", "lr": 3e-3}, "dkt_same": {"model": "dkt"}}
+    plan = LeaderboardPlan.of([(None, None)], ["dkt", "dkt_fast", "dkt_same"], variants=variants)
+    train = TrainConfig(lr=1e-3)
+    runs = {r.name: r for r in plan.runs(train)}
+    assert runs["dkt_fast"].spec.train.lr == 3e-3 and runs["dkt"].spec.train.lr == 1e-3
+    assert runs["dkt_same"].spec.train is train  # no lr of its own: the plan's config itself
+    keys = [r.key.rsplit("/", 1)[1] for r in (runs["dkt_fast"], runs["dkt_same"])]
+    assert keys[0] != keys[1]  # the lr is in the key
+    plain = LeaderboardPlan.of([(None, None)], ["dkt"]).runs(train)[0]
+    assert plain.key == runs["dkt"].key  # rows without a variant lr keep their keys
+    for bad in (0, -1e-3, "fast", True):
+        with pytest.raises(ValueError, match="lr must be a number > 0"):
+            LeaderboardPlan.of([(None, None)], ["x"], variants={"x": {"model": "dkt", "lr": bad}})

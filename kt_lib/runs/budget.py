@@ -1,82 +1,167 @@
-"""Seed 000's comparison under an equal tuning budget: DTransformer, SimAKT without its
-inter-student heads and each SimAKT preset are searched with the same Optuna sampler (seeded
-TPE), pruner (median, on the validation AUC after each epoch), epochs cap, patience and number of
-trials, on the validation students of one split; the best configuration of each then trains as a
-labelled variant (`<label>_tuned`) on five seeds in the `simakt_tuned` study, paired.
+"""Comparisons under an equal tuning budget: every row of a comparison is searched with the same
+Optuna sampler (seeded TPE), pruner (median, on the validation metric after each epoch), epochs
+cap, patience and number of trials, on the validation students of one split; the best
+configuration of each then trains as a labelled variant (`<label>_tuned`, its learning rate
+included) in a study of record, paired.
 
-    kt budget search [--trials 20] [--labels dtransformer ...] \
-        [--data-dir ../shared/data/algebra05] [--device cuda]
-    kt budget best                             # writes results/simakt_tuning.json
-    kt study run simakt_tuned                  # the tuned rows, five seeds
+    kt budget search simakt [--trials 20] [--labels dtransformer ...] [--device cuda]
+    kt budget best simakt              # results/simakt_tuning.json -> the simakt_tuned study
+    kt budget search ordinal           # seed 002's phase 2 on OULAD K = 5
+    kt budget best ordinal             # results/ordinal_tuning.json -> ordinal_oulad's _tuned rows
 
-What a label searches: `SHARED_SPACE` (the encoder's dropout, its knowledge slots and the
-prediction MLP's width: DTransformer's own settings, which SimAKT inherits), and for a preset with
-inter-student heads its own settings in the same trials (`search.preset_space`: influence
-weights, bank sizes, future weight, decay, within seed 000's ranges). The learning rate stays the
-recipe's for every label: a variant carries model fields, and the tuned rows train under the
-study's recipe. Trials live in an SQLite storage (one Optuna study per label), so a search that
-is killed resumes with the trials it lacks; test students are never read.
+`simakt` (seed 000): DTransformer, SimAKT without its inter-student heads and the three presets on
+algebra05 (split seed 0), validation AUC. Every label searches `SHARED_SPACE` (learning rate,
+the encoder's dropout, its knowledge slots, the prediction MLP's width: DTransformer's own
+settings, which SimAKT inherits); a preset with inter-student heads also searches its own in the
+same trials (`search.preset_space`: influence weights of the heads it has on, bank sizes,
+decay, within seed 000's ranges; a head the preset leaves off stays off, so cluster_only stays
+cluster-only).
+`ordinal` (seed 002, phase 2): ModularAttentionGPCM, AttentionGPCM and the ordinal DKT on OULAD
+K = 5 fold 0, validation QWK, each over `search.ordinal_space` (its own fields of
+distance_penalty, window size, fusion, embedding size, and the learning rate).
+
+Trials live in an SQLite storage per budget (one Optuna study per label), so a search that is
+killed resumes with the trials it lacks; test students are never read.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..data import load_bundle
+from ..data.prepare import prepare as prepare_raw
 from ..fileio import atomic_write_text
 from ..heads.simakt_config import load_simakt_config
 from ..provenance import ROOT
 from ..train import TrainConfig
-from .search import Dim, _optimise, preset_space, simakt_overrides, small_space
+from .search import Dim, _optimise, ordinal_space, preset_space, simakt_overrides, small_space
 from .spec import DEFAULT_PRESET, RunSpec
-from .study import DATA_ROOT, RESULTS
+from .study import DATA_ROOT, PREPARED, RESULTS
 
-# label -> (registered model, similarity preset; None: DTransformer itself)
-BUDGET: dict[str, tuple[str, str | None]] = {
-    "dtransformer": ("dtransformer", None),
-    "simakt_no_inter": ("simakt", "no_inter_student"),
-    "simakt_pwd": ("simakt", "position_weighted_dual"),
-    "simakt_cluster_only": ("simakt", "cluster_only"),
-    "simakt_knn_only": ("simakt", "knn_only"),
-}
-# DTransformer's settings every label searches (the paper preset: dropout 0.2, 16 slots, 256)
+EPOCHS, PATIENCE = 30, 5  # the studies' recipe: every trial and every tuned row
+# DTransformer's settings every SimAKT label searches (the paper preset: lr 1e-3, dropout 0.2,
+# 16 slots, MLP 256); the learning rate's range is SIMAKT_SPACE's
 SHARED_SPACE: dict[str, Dim] = {
+    "lr": Dim(1e-4, 3e-3, log=True),
     "dropout": Dim(0.0, 0.4),
     "n_know": Dim(4, 32, log=True, kind="int"),
     "d_fc": Dim(kind="choice", choices=(128, 256, 512)),
 }
-TUNING_FILE = RESULTS / "simakt_tuning.json"
-STORAGE = f"sqlite:///{ROOT / 'runs' / 'simakt_budget.db'}"
-DATASET = "algebra05"  # the split searched: its seed-0 validation students
-EPOCHS, PATIENCE = 30, 5  # the simakt study's recipe: every trial and every tuned row
 
 
-def label_space(label: str, n_students: int) -> dict[str, Dim]:
-    """The settings `label` searches on a training set of `n_students` (bank sizes it can fill)."""
-    _, similarity = BUDGET[label]
+def _simakt_space(label: str, model: str, similarity: str | None, n: int) -> dict[str, Dim]:
     space = dict(SHARED_SPACE)
     if similarity not in (None, "no_inter_student"):
         sim = load_simakt_config(similarity, warn=False)
-        for name, dim in preset_space(small_space(n_students), similarity).items():
+        for name, dim in preset_space(small_space(n), similarity).items():
             off = name.endswith("_weight") and sim.influence(name.removesuffix("_weight")) == 0
-            if name != "lr" and sim.takes(name) and not off:  # a preset keeps its own heads
+            if name not in space and sim.takes(name) and not off:
                 space[name] = dim
     return space
 
 
-def label_fields(label: str, settings: dict) -> dict:
-    """Model fields of `label` with the drawn `settings`: the shared ones as config fields, a
-    preset's own applied to its similarity configuration."""
-    _, similarity = BUDGET[label]
-    fields = {k: settings[k] for k in SHARED_SPACE if k in settings}
+def _simakt_fields(label: str, similarity: str | None, settings: dict) -> dict:
+    fields = {k: settings[k] for k in SHARED_SPACE if k in settings and k != "lr"}
     if similarity is None:
         return fields
     own = {k: v for k, v in settings.items() if k not in SHARED_SPACE}
     if not own:
         return {**fields, "similarity": similarity}
     return {**fields, **simakt_overrides(own, similarity)}
+
+
+def _ordinal_space(label: str, model: str, similarity: str | None, n: int) -> dict[str, Dim]:
+    return ordinal_space(model)
+
+
+def _ordinal_fields(label: str, similarity: str | None, settings: dict) -> dict:
+    return {k: v for k, v in settings.items() if k != "lr"}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One comparison under an equal tuning budget: its labels (label -> registered model and
+    SimAKT similarity preset, None elsewhere), the split searched, the metric, and how a label's
+    drawn settings become its search space and its model fields (the learning rate, when drawn,
+    is a training setting: it goes to the variant's `lr`)."""
+
+    name: str
+    labels: dict[str, tuple[str, str | None]]
+    dataset: str  # folder under the data root, or a prepared one (`prepare`)
+    data_format: str
+    fold: int | None  # the fold whose validation students choose (None: split seed 0)
+    metric: str
+    space_of: Callable[[str, str, str | None, int], dict[str, Dim]]
+    fields_of: Callable[[str, str | None, dict], dict]
+    prepare: tuple | None = None  # (dataset name, raw folder, options) for `prepare`
+
+    @property
+    def file(self) -> Path:
+        return RESULTS / f"{self.name}_tuning.json"
+
+    @property
+    def storage(self) -> str:
+        return f"sqlite:///{ROOT / 'runs' / f'{self.name}_budget.db'}"
+
+    def data_dir(self, data_root: str | Path = DATA_ROOT) -> Path:
+        """The split's folder; a prepared one is made from its raw files on first use."""
+        if self.prepare is None:
+            return Path(data_root) / self.dataset
+        name, raw, options = self.prepare
+        out = PREPARED / self.dataset
+        if not (out / "pykt").is_dir():
+            prepare_raw(name, Path(data_root) / raw, out, **options)
+        return out / "pykt"
+
+    def space(self, label: str, n_students: int) -> dict[str, Dim]:
+        """What `label` searches on a training set of `n_students` (bank sizes it can fill)."""
+        model, similarity = self.label_of(label)
+        return self.space_of(label, model, similarity, n_students)
+
+    def fields(self, label: str, settings: dict) -> dict:
+        """Model fields of `label` with the drawn `settings` (the learning rate excluded)."""
+        return self.fields_of(label, self.label_of(label)[1], settings)
+
+    def label_of(self, label: str) -> tuple[str, str | None]:
+        if label not in self.labels:
+            raise ValueError(f"budget {self.name!r} has no label {label!r}; labels: "
+                             f"{list(self.labels)}")  # fmt: skip
+        return self.labels[label]
+
+
+BUDGETS: dict[str, Budget] = {
+    "simakt": Budget(
+        "simakt",
+        {
+            "dtransformer": ("dtransformer", None),
+            "simakt_no_inter": ("simakt", "no_inter_student"),
+            "simakt_pwd": ("simakt", "position_weighted_dual"),
+            "simakt_cluster_only": ("simakt", "cluster_only"),
+            "simakt_knn_only": ("simakt", "knn_only"),
+        },
+        "algebra05",
+        "auto",
+        None,
+        "auc",
+        _simakt_space,
+        _simakt_fields,
+    ),
+    "ordinal": Budget(
+        "ordinal",
+        {m: (m, None) for m in ("modular_attention_gpcm", "attention_gpcm", "dkt_gpcm")},
+        "oulad_k5",
+        "pykt",
+        0,
+        "qwk",
+        _ordinal_space,
+        _ordinal_fields,
+        prepare=("oulad", "oulad", {"bands": 5}),
+    ),
+}
 
 
 def finished_trials(storage: str, label: str) -> int:
@@ -91,43 +176,47 @@ def finished_trials(storage: str, label: str) -> int:
 
 
 def search_label(
+    budget: Budget,
     bundle,
     label: str,
     n_trials: int = 20,
     train_config: TrainConfig | None = None,
-    storage: str = STORAGE,
+    storage: str | None = None,
     preset: str = DEFAULT_PRESET,
     seed: int = 0,
     progress: bool = False,
 ):
-    """Run `label`'s trials until `n_trials` have ended in `storage` (a resumed search adds only
-    the missing ones); the Optuna study, named budget_<label>."""
-    if label not in BUDGET:
-        raise ValueError(f"no label {label!r} in the tuning budget; labels: {list(BUDGET)}")
-    model, _ = BUDGET[label]
+    """Run `label`'s trials until `n_trials` have ended in `storage` (default the budget's; a
+    resumed search adds only the missing ones); the Optuna study, named budget_<label>."""
+    model, _ = budget.label_of(label)
+    storage = storage or budget.storage
     cfg = train_config or TrainConfig.recipe(
         "workbook", epochs=EPOCHS, patience=PATIENCE, progress=False
     )
     left = max(0, n_trials - finished_trials(storage, label))
 
     def make_spec(settings: dict) -> RunSpec:
-        fields = label_fields(label, settings)
-        return RunSpec(model, preset, fields, seed=seed, label=label, train=cfg)
+        train = TrainConfig(**{**cfg.__dict__, "lr": settings.get("lr", cfg.lr)})
+        fields = budget.fields(label, settings)
+        return RunSpec(model, preset, fields, seed=seed, label=label, train=train)
 
-    space = label_space(label, len(bundle.train))
-    return _optimise(make_spec, bundle, space, "auc", left, storage, f"budget_{label}", seed,
-                     1, None, None, progress)  # fmt: skip
+    space = budget.space(label, len(bundle.train))
+    return _optimise(make_spec, bundle, space, budget.metric, left, storage, f"budget_{label}",
+                     seed, 1, None, None, progress)  # fmt: skip
 
 
-def best_configs(storage: str = STORAGE, labels=tuple(BUDGET)) -> dict:
-    """Per label with a completed trial: its model, the best trial's fields and validation AUC,
-    and how its trials ended (the budget each label got, pruned and failed ones included)."""
+def best_configs(budget: Budget, storage: str | None = None) -> dict:
+    """Per label with a completed trial: its model, the best trial's fields and learning rate,
+    its validation metric, and how its trials ended (the budget each label got, pruned and
+    failed ones included)."""
     import optuna
 
     out = {}
-    for label in labels:
+    for label, (model, _) in budget.labels.items():
         try:
-            study = optuna.load_study(study_name=f"budget_{label}", storage=storage)
+            study = optuna.load_study(
+                study_name=f"budget_{label}", storage=storage or budget.storage
+            )
         except KeyError:
             continue
         states = [t.state.name.lower() for t in study.trials if t.state.is_finished()]
@@ -138,60 +227,79 @@ def best_configs(storage: str = STORAGE, labels=tuple(BUDGET)) -> dict:
         if "k_neighbors" in params and "memory_size" in params:  # as the trial clamped it
             params["k_neighbors"] = min(params["k_neighbors"], params["memory_size"])
         out[label] = {
-            "model": BUDGET[label][0],
-            "fields": label_fields(label, params),
+            "model": model,
+            "fields": budget.fields(label, params),
+            "lr": params.get("lr"),
             "params": params,
-            "best_valid_auc": best.value,
+            f"best_valid_{budget.metric}": best.value,
             "best_trial": best.number,
             "trials": {s: states.count(s) for s in sorted(set(states))},
         }
     return out
 
 
-def tuned_variants(path: str | Path = TUNING_FILE) -> dict[str, dict]:
-    """{<label>_tuned: {"model": ..., **fields}} from a tuning file; {} when there is none."""
-    path = Path(path)
+def tuned_variants(budget: Budget, path: str | Path | None = None) -> dict[str, dict]:
+    """{<label>_tuned: {"model": ..., "lr": ..., **fields}} from the budget's tuning file; {}
+    when there is none."""
+    path = Path(path or budget.file)
     if not path.exists():
         return {}
     configs = json.loads(path.read_text(encoding="utf-8"))["labels"]
-    return {f"{k}_tuned": {"model": v["model"], **v["fields"]} for k, v in configs.items()}
+    return {
+        f"{k}_tuned": {"model": v["model"], **({"lr": v["lr"]} if v.get("lr") else {}),
+                       **v["fields"]}
+        for k, v in configs.items()
+    }  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("search", help="run each label's trials (resumable)")
-    s.add_argument("--labels", nargs="+", choices=list(BUDGET), default=list(BUDGET))
+    s.add_argument("budget", choices=sorted(BUDGETS))
+    s.add_argument("--labels", nargs="+", default=None, help="some of the budget's labels")
     s.add_argument("--trials", type=int, default=20, help="trials per label (at least 20)")
-    s.add_argument("--data-dir", default=str(DATA_ROOT / DATASET))
+    s.add_argument("--data-root", default=str(DATA_ROOT))
     s.add_argument("--device", default="cpu")
-    s.add_argument("--storage", default=STORAGE)
+    s.add_argument("--storage", default=None, help="Optuna storage (default the budget's)")
     b = sub.add_parser("best", help="write each label's best configuration")
-    b.add_argument("--storage", default=STORAGE)
-    b.add_argument("--out", default=str(TUNING_FILE))
+    b.add_argument("budget", choices=sorted(BUDGETS))
+    b.add_argument("--storage", default=None)
+    b.add_argument("--out", default=None, help="default results/<budget>_tuning.json")
     a = p.parse_args(argv)
+    budget = BUDGETS[a.budget]
     if a.cmd == "search":
         if a.trials < 1:
             p.error(f"--trials {a.trials}: must be >= 1")
-        bundle = load_bundle(a.data_dir, "auto", seed=0)
+        labels = a.labels or list(budget.labels)
+        for label in labels:
+            budget.label_of(label)  # an unknown label fails before any trial
+        bundle = load_bundle(budget.data_dir(a.data_root), budget.data_format, fold=budget.fold,
+                             seed=0)  # fmt: skip
         cfg = TrainConfig.recipe(
-            "workbook",
-            epochs=EPOCHS,
-            patience=PATIENCE,
-            device=a.device,
-            progress=False,
+            "workbook", epochs=EPOCHS, patience=PATIENCE, device=a.device, progress=False,
             verbose=True,
-        )
-        for label in a.labels:
-            search_label(bundle, label, a.trials, cfg, a.storage)
-            print(f"{label}: {finished_trials(a.storage, label)} trials ended", flush=True)
+        )  # fmt: skip
+        storage = a.storage or budget.storage
+        for label in labels:
+            search_label(budget, bundle, label, a.trials, cfg, storage)
+            print(f"{label}: {finished_trials(storage, label)} trials ended", flush=True)
         return
-    configs = best_configs(a.storage)
+    configs = best_configs(budget, a.storage)
     if not configs:
-        p.error(f"no label has a completed trial in {a.storage}")
-    doc = {"dataset": DATASET, "split_seed": 0, "storage": a.storage, "labels": configs}
-    atomic_write_text(Path(a.out), json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {a.out}: {', '.join(configs)}")
+        p.error(
+            f"no label of {budget.name!r} has a completed trial in {a.storage or budget.storage}"
+        )
+    out = Path(a.out or budget.file)
+    doc = {
+        "budget": budget.name,
+        "dataset": budget.dataset,
+        "fold": budget.fold,
+        "metric": budget.metric,
+        "labels": configs,
+    }
+    atomic_write_text(out, json.dumps(doc, indent=2) + "\n")
+    print(f"wrote {out}: {', '.join(configs)}")
 
 
 if __name__ == "__main__":

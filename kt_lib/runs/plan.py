@@ -169,8 +169,9 @@ class LeaderboardPlan:
             for data in per_dataset:
                 for name in self.models:
                     base, fields = self.settings.cell(data.name, name)
+                    row_train = self.settings.train_of(name, train)  # a tuned variant's lr
                     blob = {
-                        "train": settings,
+                        "train": settings if row_train is train else self.settings_of(row_train),
                         "model": fields,
                         "data": {"format": data.data_format, **data.kw},
                         **({"variant_of": base} if base != name else {}),
@@ -178,8 +179,9 @@ class LeaderboardPlan:
                     key = run_key(data.name, name, data.fold, data.seed, self.preset, blob)
                     label = name if base != name else None
                     spec = RunSpec(
-                        base, self.preset, fields, None, data.seed, label, train, evaluation, data
-                    )
+                        base, self.preset, fields, None, data.seed, label, row_train, evaluation,
+                        data,
+                    )  # fmt: skip
                     out.append(PlannedRun(key, spec, name, base))
         return out
 

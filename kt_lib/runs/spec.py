@@ -118,17 +118,23 @@ class RunSpec:
 @dataclass(frozen=True)
 class Variant:
     """A labelled configuration of a registered model, e.g. ikt3_lambda0 = ikt3 with
-    lambda_target 0: its rows carry the label as `model` and the model as `variant_of`."""
+    lambda_target 0: its rows carry the label as `model` and the model as `variant_of`. `lr`
+    beside the fields is the one training setting a variant may carry (a tuned configuration's
+    learning rate): its runs train with it, the rest of the recipe as every row's."""
 
     label: str
     model: str
     fields: dict[str, Any] = field(default_factory=dict)
+    lr: float | None = None
 
     @classmethod
     def parse(cls, label: str, given: Mapping | str) -> Variant:
-        """A variant from {"model": name, **fields} (or a bare model name)."""
+        """A variant from {"model": name, ["lr": rate,] **fields} (or a bare model name)."""
         fields = dict(given) if isinstance(given, Mapping) else {"model": given}
         model = fields.pop("model", None)
+        lr = fields.pop("lr", None)
+        if lr is not None and (isinstance(lr, bool) or not isinstance(lr, int | float) or lr <= 0):
+            raise ValueError(f"variant {label!r}: lr must be a number > 0, got {lr!r}")
         if label in MODELS:
             raise ValueError(
                 f"variant {label!r} has the name of a registered model; give it another label"
@@ -138,7 +144,8 @@ class Variant:
                 f"variant {label!r} must name a registered model under 'model' (got {model!r}); "
                 f"models: {', '.join(sorted(MODELS))}"
             )
-        return cls(label, model, check_fields(model, fields, f"variant {label!r}"))
+        checked = check_fields(model, fields, f"variant {label!r}")
+        return cls(label, model, checked, None if lr is None else float(lr))
 
 
 @dataclass(frozen=True)
@@ -183,6 +190,13 @@ class ModelSettings:
     def base(self, name: str) -> str:
         """The registered model of a row label."""
         return self.variants[name].model if name in self.variants else name
+
+    def train_of(self, name: str, train: TrainConfig) -> TrainConfig:
+        """The training config of `name`'s runs: `train`, with a variant's own lr if it has one."""
+        variant = self.variants.get(name)
+        if variant is None or variant.lr is None:
+            return train
+        return dataclasses.replace(train, lr=variant.lr)
 
     def cell(self, dataset: str, name: str) -> tuple[str, dict]:
         """(registered model, config fields) of `name` on `dataset`: a variant's model
