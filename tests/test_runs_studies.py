@@ -196,3 +196,20 @@ def test_a_left_run_costs_what_runs_on_its_device_kind_cost():
     assert studies.run_cost(rows, "b", "akt", "cpu") == (600, "guess")
     gpu_only = [r for r in rows if "H100" in r["device_name"]]
     assert studies.run_cost(gpu_only, "b", "akt", "cpu") == (20, "measured on gpu")
+
+
+def test_list_gives_each_study_its_hours_left_per_device_kind(capsys):
+    rows = [
+        {"dataset": "a", "model": "dkt", "wall_seconds": 3600, "device_name": "Intel Xeon"},
+        {"dataset": "a", "model": "akt", "wall_seconds": 360, "device_name": "NVIDIA H100"},
+    ]
+    left = [{"dataset": "a", "model": "dkt"}, {"dataset": "a", "model": "akt"}]
+    assert studies._kind_hours(rows, left, "cpu") == "2.0"  # akt: the CPU runs' mean, a guess
+    assert studies._kind_hours(rows, left, "gpu") == "0.2"
+    assert studies._kind_hours(rows[:1], left, "gpu") == "?"
+    assert studies._kind_hours(rows, [], "gpu") == "0"
+    studies.main(["list"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:5] == ["study", "done", "left", "CPU-h", "left"]
+    pairs = next(line for line in out if line.startswith("pairs "))
+    assert pairs.split()[2:5] == ["0", "0", "0"]  # a finished study: nothing left

@@ -388,6 +388,16 @@ def run(
         )
 
 
+def _kind_hours(rows: list[dict], left: list[dict], kind: str) -> str:
+    """Hours the `left` runs cost on a device of `kind`, from runs made on one ("?" if none)."""
+    if not left:
+        return "0"
+    made = [r for r in rows if device_kind(str(r.get("device_name", ""))) == kind]
+    if not made:
+        return "?"
+    return f"{sum(run_cost(made, p['dataset'], p['model'], kind)[0] for p in left) / 3600:.1f}"
+
+
 def _fmt_eta(seconds: float | None) -> str:
     if seconds is None:
         return "unknown (no finished run yet)"
@@ -434,8 +444,14 @@ def main(argv: list[str] | None = None) -> None:
         )
     a = p.parse_args(argv)
     if a.cmd == "list":
+        head = ("study", "done", "left", "CPU-h left", "GPU-h left")
+        print("{:14s} {:>5s} {:>5s} {:>10s} {:>10s}  question".format(*head))
         for s in STUDIES.values():
-            print(f"{s.name:10s} {len(s.plan())} runs  {s.question}")
+            rows, left, _ = status(s)
+            eta = [_kind_hours(rows, left, kind) for kind in ("cpu", "gpu")]
+            print(f"{s.name:14s} {len(rows):5d} {len(left):5d} {eta[0]:>10s} {eta[1]:>10s}  "
+                  f"{s.question}")  # fmt: skip
+        print("(hours from the finished runs on that kind of device; '?': none has run on it)")
         return
     study = get(a.name)
     if getattr(a, "first", None) is not None:
