@@ -15,8 +15,9 @@ line per run is appended to --out (model, pykt label, sizes, best epoch, valid a
 seconds, machine); the causality audit of the same files is `bench_peer_audit.py`.
 
 Models: sparsekt (top-k, emb_type qid_sparseattn) and sparsekt_soft (qid_accumulative_attn), at
-pyKT's kt_config.json sizes for sparseKT (d_model 256, 2 blocks, 8 heads, final layers 512/256,
-dropout 0.2; k 5, ratio 0.8: our `sparsekt` paper preset, mapped by peer_zoo.their_sizes).
+our `sparsekt` paper preset's sizes mapped to pyKT's arguments by peer_zoo.their_sizes (d_model
+256, 2 blocks, 4 heads, d_ff 256, final layers 256/256, dropout 0.1, k 5, ratio 0.8: the sizes
+of our sparsekt rows in results/baselines.json; each row records them under `kwargs`).
 pyKT is not a project dependency: this script is run by hand (hours on one CPU core a run).
 """
 

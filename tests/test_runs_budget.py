@@ -80,7 +80,7 @@ def test_a_search_resumes_and_its_best_become_the_tuned_study(tmp_path):
     assert json.loads(out.read_text())["labels"].keys() == best.keys()
     variants = budget.tuned_variants(SIMAKT, out)
     assert variants["dtransformer_tuned"]["model"] == "dtransformer"
-    study = studies.tuned_study(variants)
+    study = budget.tuned_study(variants)
     assert study.pairs == (("simakt_knn_only_tuned", "dtransformer_tuned"),)
     plan = {(r["model"], r["seed"]) for r in study.plan()}
     assert {m for m, _ in plan} == {"dtransformer_tuned", "simakt_knn_only_tuned"}
@@ -94,7 +94,7 @@ def test_a_search_resumes_and_its_best_become_the_tuned_study(tmp_path):
 def test_tuned_rows_join_a_study_as_a_last_part_paired_with_their_models():
     base = studies.get("ordinal_oulad")
     variants = {"dkt_gpcm_tuned": {"model": "dkt_gpcm", "lr": 2e-3, "d": 64}}
-    grown = studies.with_tuned_rows(base, variants)
+    grown = budget.with_tuned_rows(base, variants)
     assert grown.parts[:-1] == base.parts
     assert grown.parts[-1].models == ("dkt_gpcm_tuned",)
     assert {d for d, _ in grown.parts[-1].datasets} == {"oulad_k5", "oulad_k4"}
@@ -109,3 +109,28 @@ def test_the_cli_refuses_an_unknown_label_before_any_trial(capsys):
     assert exc.value.code == 2 and "--trials 0" in capsys.readouterr().err
     with pytest.raises(ValueError, match="has no label 'akt'"):
         budget.main(["search", "simakt", "--labels", "akt"])
+
+
+def test_a_search_runs_at_the_budgets_preset_and_a_resumed_one_draws_new_settings(tmp_path):
+    assert SIMAKT.preset == ORDINAL.preset == "paper"  # the tuned rows' studies train paper
+    sim = simulate(num_students=30, seq_len=12, num_c=5, seed=4).data
+    bundle = type("B", (), {"train": sim.subset(range(24)), "valid": sim.subset(range(24, 30))})
+    storage = f"sqlite:///{tmp_path / 'b.db'}"
+    cfg = TrainConfig(epochs=1, progress=False)
+    budget.search_label(SIMAKT, bundle, "dtransformer", 2, cfg, storage, preset="tiny")
+    study = budget.search_label(SIMAKT, bundle, "dtransformer", 4, cfg, storage, preset="tiny")
+    drawn = [tuple(sorted(t.params.items())) for t in study.trials]
+    assert len(drawn) == 4 and len(set(drawn)) == 4  # the resumed half repeats none
+
+
+def test_a_broken_tuning_file_leaves_its_rows_out_with_a_warning(tmp_path, monkeypatch):
+    bad = tmp_path / "simakt_tuning.json"
+    bad.write_text(
+        json.dumps(
+            {"labels": {"dtransformer": {"model": "dtransformer", "fields": {"no_field": 1}}}}
+        )
+    )
+    monkeypatch.setattr(budget.Budget, "file", property(lambda self: bad))
+    with pytest.warns(UserWarning, match="simakt_tuning.json: .*its tuned rows are left out"):
+        out = budget.add_tuned_rows(dict(studies.STUDIES))
+    assert "simakt_tuned" not in out and set(studies.STUDIES) <= set(out)

@@ -222,6 +222,7 @@ def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
     sim = dict(num_students=30, seq_len=10, num_c=4)
     kw = dict(seeds=[0, 1], simulator=sim, progress=False)
     variants = {"dkt_narrow": {"model": "dkt", "d": 4}, "dkt_deep": {"model": "dkt", "n_layers": 2}}
+    variants["dkt_deep"]["lr"] = 0.02  # a tuned variant's own learning rate
     runs = run_leaderboard(
         [(None, "synthetic")],
         ["dkt", "dkt_narrow", "dkt_deep"],
@@ -238,6 +239,8 @@ def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
     # d=6 from the model's overrides, d=4 from the variant, d=6 + 2 layers for the deep one
     assert params["dkt_narrow"] < params["dkt"] < params["dkt_deep"]
     assert runs["run_key"].is_unique
+    lrs = {m: r["lr"] for m, r in zip(runs["model"], runs["train"], strict=True)}
+    assert lrs["dkt_deep"] == 0.02 and lrs["dkt"] == lrs["dkt_narrow"] == TINY_TRAIN.lr
     assert set(load_results(tmp_path / "board.json")["model"]) == set(runs["model"])
     paired = compare_pairs(runs, ["dkt_narrow:dkt"])
     assert paired["n_pairs"].iloc[0] == 2

@@ -18,7 +18,8 @@ decay, within seed 000's ranges; a head the preset leaves off stays off, so clus
 cluster-only).
 `ordinal` (seed 002, phase 2): ModularAttentionGPCM, AttentionGPCM and the ordinal DKT on OULAD
 K = 5 fold 0, validation QWK, each over `search.ordinal_space` (its own fields of
-distance_penalty, window size, fusion, embedding size, and the learning rate).
+distance_penalty, window size, fusion, embedding size, and the learning rate); the K = 4 rows
+reuse K = 5's choice (not searched at K = 4).
 
 Trials live in an SQLite storage per budget (one Optuna study per label), so a search that is
 killed resumes with the trials it lacks; test students are never read.
@@ -27,7 +28,9 @@ killed resumes with the trials it lacks; test students are never read.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,8 +42,8 @@ from ..heads.simakt_config import load_simakt_config
 from ..provenance import ROOT
 from ..train import TrainConfig
 from .search import Dim, _optimise, ordinal_space, preset_space, simakt_overrides, small_space
-from .spec import DEFAULT_PRESET, RunSpec
-from .study import DATA_ROOT, PREPARED, RESULTS
+from .spec import RunSpec
+from .study import DATA_ROOT, PREPARED, RESULTS, Part, Study
 
 EPOCHS, PATIENCE = 30, 5  # the studies' recipe: every trial and every tuned row
 # DTransformer's settings every SimAKT label searches (the paper preset: lr 1e-3, dropout 0.2,
@@ -98,6 +101,7 @@ class Budget:
     space_of: Callable[[str, str, str | None, int], dict[str, Dim]]
     fields_of: Callable[[str, str | None, dict], dict]
     prepare: tuple | None = None  # (dataset name, raw folder, options) for `prepare`
+    preset: str = "paper"  # the sizes searched: the tuned rows' studies train this preset
 
     @property
     def file(self) -> Path:
@@ -182,18 +186,22 @@ def search_label(
     n_trials: int = 20,
     train_config: TrainConfig | None = None,
     storage: str | None = None,
-    preset: str = DEFAULT_PRESET,
+    preset: str | None = None,
     seed: int = 0,
     progress: bool = False,
 ):
     """Run `label`'s trials until `n_trials` have ended in `storage` (default the budget's; a
-    resumed search adds only the missing ones); the Optuna study, named budget_<label>."""
+    resumed search adds only the missing ones) at `preset` (default the budget's); the Optuna
+    study, named budget_<label>. A resumed search seeds its sampler with `seed` plus the trials
+    already ended, so it draws new settings rather than replaying the first ones."""
     model, _ = budget.label_of(label)
     storage = storage or budget.storage
+    preset = preset or budget.preset
     cfg = train_config or TrainConfig.recipe(
         "workbook", epochs=EPOCHS, patience=PATIENCE, progress=False
     )
-    left = max(0, n_trials - finished_trials(storage, label))
+    ended = finished_trials(storage, label)
+    left = max(0, n_trials - ended)
 
     def make_spec(settings: dict) -> RunSpec:
         train = TrainConfig(**{**cfg.__dict__, "lr": settings.get("lr", cfg.lr)})
@@ -202,7 +210,7 @@ def search_label(
 
     space = budget.space(label, len(bundle.train))
     return _optimise(make_spec, bundle, space, budget.metric, left, storage, f"budget_{label}",
-                     seed, 1, None, None, progress)  # fmt: skip
+                     seed + ended, 1, None, None, progress)  # fmt: skip
 
 
 def best_configs(budget: Budget, storage: str | None = None) -> dict:
@@ -252,13 +260,71 @@ def tuned_variants(budget: Budget, path: str | Path | None = None) -> dict[str, 
     }  # fmt: skip
 
 
+def tuned_study(variants: dict[str, dict]) -> Study:
+    """Seed 000's rows after the equal tuning budget (`kt_lib.runs.budget`): each label's best
+    configuration as `<label>_tuned`, five seeds on algebra05 (the split the search used: its
+    validation students chose them; test is read once per run), paired as the simakt study."""
+    tuned = [f"{label}_tuned" for label in BUDGETS["simakt"].labels if f"{label}_tuned" in variants]
+    presets = [t for t in tuned if t not in ("dtransformer_tuned", "simakt_no_inter_tuned")]
+    bases = [t for t in ("dtransformer_tuned", "simakt_no_inter_tuned") if t in tuned]
+    pairs = [(v, b) for v in presets for b in bases]
+    if len(bases) == 2:
+        pairs.append(("simakt_no_inter_tuned", "dtransformer_tuned"))
+    return Study(
+        name="simakt_tuned",
+        question="Seed 000 under an equal tuning budget: every row's best configuration of the "
+        "same number of Optuna trials on algebra05's validation students, five seeds",
+        parts=(Part((("algebra05", "auto"),), tuple(tuned)),),
+        variants=variants,
+        pairs=tuple(pairs),
+        seeds=(0, 1, 2, 3, 4),
+        filling=True,
+        breakdown=True,
+        pair_breakdown=True,
+    )
+
+
+def with_tuned_rows(study: Study, variants: dict[str, dict]) -> Study:
+    """`study` with its tuned rows (`<model>_tuned`, the budget's best configurations) as a last
+    part on the same datasets (the runs before keep their keys), each paired with its untuned
+    model: the label says which rows are tuned."""
+    tuned = tuple(variants)
+    models = {v["model"] for v in variants.values()}
+    datasets = tuple(
+        dict.fromkeys(d for part in study.parts if set(part.models) & models for d in part.datasets)
+    )
+    return dataclasses.replace(
+        study,
+        parts=(*study.parts, Part(datasets, tuned)),
+        variants={**study.variants, **variants},
+        pairs=(*study.pairs, *((t, variants[t]["model"]) for t in tuned)),
+    )
+
+
+def add_tuned_rows(studies: dict[str, Study]) -> dict[str, Study]:
+    """`studies` with the tuned rows, once `kt budget best NAME` has written
+    results/NAME_tuning.json. A file that no longer parses (a field a model lost) is named in a
+    warning and its rows left out: the other studies stay usable."""
+    out = dict(studies)
+    for name in ("simakt", "ordinal"):
+        try:
+            variants = tuned_variants(BUDGETS[name])
+            if variants and name == "simakt":
+                out["simakt_tuned"] = tuned_study(variants)
+            elif variants:
+                out["ordinal_oulad"] = with_tuned_rows(out["ordinal_oulad"], variants)
+        except (ValueError, KeyError, TypeError) as e:
+            warnings.warn(f"{BUDGETS[name].file}: {e}; its tuned rows are left out", stacklevel=2)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("search", help="run each label's trials (resumable)")
     s.add_argument("budget", choices=sorted(BUDGETS))
     s.add_argument("--labels", nargs="+", default=None, help="some of the budget's labels")
-    s.add_argument("--trials", type=int, default=20, help="trials per label (at least 20)")
+    s.add_argument("--trials", type=int, default=20, help="trials per label (the record: 20)")
     s.add_argument("--data-root", default=str(DATA_ROOT))
     s.add_argument("--device", default="cpu")
     s.add_argument("--storage", default=None, help="Optuna storage (default the budget's)")
@@ -282,8 +348,13 @@ def main(argv: list[str] | None = None) -> None:
         )  # fmt: skip
         storage = a.storage or budget.storage
         for label in labels:
-            search_label(budget, bundle, label, a.trials, cfg, storage)
-            print(f"{label}: {finished_trials(storage, label)} trials ended", flush=True)
+            study = search_label(budget, bundle, label, a.trials, cfg, storage)
+            states = [t.state.name.lower() for t in study.trials if t.state.is_finished()]
+            counts = ", ".join(f"{states.count(x)} {x}" for x in sorted(set(states)))
+            print(f"{label}: {len(states)} trials ended ({counts})", flush=True)
+            if "complete" not in states:
+                print(f"warning: {label} has no completed trial: each failed (see the log "
+                      "above); `kt budget best` will leave it out", flush=True)  # fmt: skip
         return
     configs = best_configs(budget, a.storage)
     if not configs:

@@ -126,7 +126,8 @@ def run_plan(
             device_name=out.device_name,
             commit=commit,
             date=now(),
-            train=settings,
+            # the plan's recipe; a tuned variant's own lr shows in its row
+            train={**settings, "lr": spec.train.lr},
         )
         rows[index] = record.row()
         if path is not None:

@@ -20,13 +20,12 @@ tracked by git: commit it after each batch of finished runs.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import sys
 from pathlib import Path
 
 from ..provenance import ROOT, device_kind
-from .budget import BUDGETS, tuned_variants
+from .budget import add_tuned_rows
 from .execute import ExecConfig
 from .leaderboard import run_plan
 from .results import read_runs
@@ -104,47 +103,6 @@ _SEED_MODELS = (
     "attention_gpcm",
     "modular_attention_gpcm",
 )
-
-
-def tuned_study(variants: dict[str, dict]) -> Study:
-    """Seed 000's rows after the equal tuning budget (`kt_lib.runs.budget`): each label's best
-    configuration as `<label>_tuned`, five seeds on algebra05 (the split the search used: its
-    validation students chose them; test is read once per run), paired as the simakt study."""
-    tuned = [f"{label}_tuned" for label in BUDGETS["simakt"].labels if f"{label}_tuned" in variants]
-    presets = [t for t in tuned if t not in ("dtransformer_tuned", "simakt_no_inter_tuned")]
-    bases = [t for t in ("dtransformer_tuned", "simakt_no_inter_tuned") if t in tuned]
-    pairs = [(v, b) for v in presets for b in bases]
-    if len(bases) == 2:
-        pairs.append(("simakt_no_inter_tuned", "dtransformer_tuned"))
-    return Study(
-        name="simakt_tuned",
-        question="Seed 000 under an equal tuning budget: every row's best configuration of the "
-        "same number of Optuna trials on algebra05's validation students, five seeds",
-        parts=(Part((ALG05,), tuple(tuned)),),
-        variants=variants,
-        pairs=tuple(pairs),
-        seeds=(0, 1, 2, 3, 4),
-        filling=True,
-        breakdown=True,
-        pair_breakdown=True,
-    )
-
-
-def with_tuned_rows(study: Study, variants: dict[str, dict]) -> Study:
-    """`study` with its tuned rows (`<model>_tuned`, the budget's best configurations) as a last
-    part on the same datasets (the runs before keep their keys), each paired with its untuned
-    model: the label says which rows are tuned."""
-    tuned = tuple(variants)
-    models = {v["model"] for v in variants.values()}
-    datasets = tuple(
-        dict.fromkeys(d for part in study.parts if set(part.models) & models for d in part.datasets)
-    )
-    return dataclasses.replace(
-        study,
-        parts=(*study.parts, Part(datasets, tuned)),
-        variants={**study.variants, **variants},
-        pairs=(*study.pairs, *((t, variants[t]["model"]) for t in tuned)),
-    )
 
 
 STUDIES = {
@@ -284,13 +242,9 @@ STUDIES = {
         ),
     ]
 }
-# the tuned rows exist once `kt budget best NAME` has written results/NAME_tuning.json
-if tuned_variants(BUDGETS["simakt"]):
-    STUDIES["simakt_tuned"] = tuned_study(tuned_variants(BUDGETS["simakt"]))
-if tuned_variants(BUDGETS["ordinal"]):
-    STUDIES["ordinal_oulad"] = with_tuned_rows(
-        STUDIES["ordinal_oulad"], tuned_variants(BUDGETS["ordinal"])
-    )
+
+
+STUDIES = add_tuned_rows(STUDIES)
 
 
 def get(name: str) -> Study:
