@@ -12,6 +12,7 @@ import pytest
 from cli_helpers import run_many
 
 from kt_lib.runs import studies
+from kt_lib.runs.study_render import render_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -84,6 +85,22 @@ def test_every_results_block_is_the_rendering_of_its_file(name):
         assert block == rendered, (
             f"{page}: the block of {name!r} differs from its results file: run "
             f"`kt study render {name} --write`"
+        )
+
+
+@pytest.mark.parametrize("name", sorted(studies.STUDIES))
+def test_every_summary_block_is_the_short_rendering_of_its_file(name):
+    """A study's short table (`<!-- study:NAME:summary -->`, e.g. the README's leaderboard), where
+    a page has one, is exactly `kt study render NAME --summary`."""
+    pattern = rf"<!-- study:{name}:summary -->\n(.*?)<!-- /study:{name}:summary -->"
+    blocks = [(page, b) for page, text in TEXT.items() for b in re.findall(pattern, text, re.S)]
+    if not blocks:
+        pytest.skip(f"no page has a short table of {name}")
+    rendered = render_summary(studies.get(name))
+    for page, block in blocks:
+        assert block == rendered, (
+            f"{page}: the short table of {name!r} differs from its results file: run "
+            f"`kt study render {name} --summary --write`"
         )
 
 

@@ -52,3 +52,27 @@ def test_the_pairs_by_history_position_pair_each_bucket_alone():
         pair_breakdown(runs.drop(columns=["test_auc@pos1-10", "test_auc@pos11-50"]), [("a", "b")])
         == []
     )
+
+
+def test_the_summary_is_model_by_dataset_with_mean_std_and_runs(tmp_path):
+    from kt_lib.runs.results import add_runs
+    from kt_lib.runs.study import Part, Study
+    from kt_lib.runs.study_render import render_summary
+
+    rows = [
+        {"dataset": d, "model": m, "fold": f, "seed": 0, "test_auc": v, "run_key": f"{d}/{m}/{f}"}
+        for d, m, f, v in (
+            ("a", "dkt", 1, 0.70), ("a", "dkt", 2, 0.72),
+            ("a", "akt", 1, 0.75), ("b", "dkt", 1, 0.8),
+        )
+    ]  # fmt: skip
+    rows.append({**rows[0], "run_key": "a/dkt/3", "fold": 3, "test_auc": None, "error": "boom"})
+    path = tmp_path / "s.json"
+    add_runs(path, rows)
+    study = Study("s", "?", (Part((("a", "line3"),), ("dkt",)),))
+    lines = render_summary(study, path).splitlines()
+    assert lines[0] == "| model | a | b |"
+    assert lines[2] == "| dkt | 0.7100 ± 0.0141 (2) | 0.8000 (1) |"  # the failed run left out
+    assert lines[3] == "| akt | 0.7500 (1) | - |"
+    assert "4 runs so far" in lines[5]
+    assert render_summary(study, tmp_path / "none.json").startswith("No finished run yet")

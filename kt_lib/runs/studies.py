@@ -30,7 +30,7 @@ from .execute import ExecConfig
 from .leaderboard import run_plan
 from .results import read_runs
 from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study  # noqa: F401
-from .study_render import render, write_blocks
+from .study_render import render, render_summary, write_blocks
 
 _SIMAKT = {
     "simakt_no_inter": {"model": "simakt", "similarity": "no_inter_student"},
@@ -366,6 +366,11 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("name", choices=sorted(STUDIES))
     r.add_argument("--out", default=None, help="results file (default results/<name>.json)")
     r.add_argument(
+        "--summary",
+        action="store_true",
+        help="the short table (model x dataset) of the README's <!-- study:NAME:summary --> block",
+    )
+    r.add_argument(
         "--write",
         action="store_true",
         help="replace the study's <!-- study:NAME --> blocks in README.md and docs/*.md",
@@ -418,12 +423,13 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as e:
             p.error(str(e))
     if a.cmd == "render":
-        text = render(study, a.out)
+        text = (render_summary if a.summary else render)(study, a.out)
         if not a.write:
             print(text, end="")
             return
         pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-        for page in write_blocks(study.name, text, pages):
+        block = f"{study.name}:summary" if a.summary else study.name
+        for page in write_blocks(block, text, pages):
             print(f"wrote {page.relative_to(ROOT)}")
         return
     if a.cmd == "run":

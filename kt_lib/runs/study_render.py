@@ -88,6 +88,33 @@ def render(study, path: str | Path | None = None) -> str:
     return "\n\n".join(x.strip() for x in out) + "\n"
 
 
+def render_summary(study, path: str | Path | None = None) -> str:
+    """The short table of a study for the README (`kt study render NAME --summary`): per model
+    (rows) and dataset (columns) the headline test metric, mean ± std over its runs and their
+    number, "-" where a cell has no finished run yet; the full block (published figures, pairs,
+    AUC by history position) is `render`'s."""
+    path = Path(path or study.path)
+    if not path.exists():
+        return f"No finished run yet (`kt study status {study.name}`).\n"
+    runs = load_results(path)
+    if "error" in runs:
+        runs = runs[runs["error"].isna()]
+    metric = "test_auc" if "test_auc" in runs else "test_qwk"
+    datasets = list(dict.fromkeys(runs["dataset"]))
+    rows = []
+    for model, part in runs.groupby("model", sort=False):
+        row = {"model": model}
+        for d in datasets:
+            v = part.loc[part["dataset"] == d, metric].dropna()
+            row[d] = f"{mean_std(v)} ({len(v)})" if len(v) else "-"
+        rows.append(row)
+    note = (
+        f"{metric}, mean ± std over folds or seeds (runs); {len(runs)} runs so far. Published "
+        "figures, paired tests and AUC by history position: the full table in docs/results.md."
+    )
+    return to_markdown(pd.DataFrame(rows), index=False) + "\n\n" + note + "\n"
+
+
 def pair_breakdown(runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> list[str]:
     """The pairs' test-AUC differences at each history position (pooled over datasets, paired
     by dataset, fold and seed): where in a student's log a difference sits, e.g. whether
