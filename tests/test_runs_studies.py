@@ -207,6 +207,7 @@ def test_list_gives_each_study_its_hours_left_per_device_kind(capsys):
     assert studies._kind_hours(rows, left, "cpu") == "2.0"  # akt: the CPU runs' mean, a guess
     assert studies._kind_hours(rows, left, "gpu") == "0.2"
     assert studies._kind_hours(rows[:1], left, "gpu") == "?"
+    assert studies._kind_hours(rows[:1], left, "gpu", pool=rows[1:]) == "0.2~"  # borrowed
     assert studies._kind_hours(rows, [], "gpu") == "0"
     studies.main(["list"])
     out = capsys.readouterr().out.splitlines()

@@ -342,14 +342,19 @@ def run(
         )
 
 
-def _kind_hours(rows: list[dict], left: list[dict], kind: str) -> str:
-    """Hours the `left` runs cost on a device of `kind`, from runs made on one ("?" if none)."""
+def _kind_hours(rows: list[dict], left: list[dict], kind: str, pool: list[dict] = ()) -> str:
+    """Hours the `left` runs cost on a device of `kind`, from the study's runs made on one, else
+    from `pool` (the other studies' runs on one; the figure then ends in "~"), "?" if none."""
     if not left:
         return "0"
-    made = [r for r in rows if device_kind(str(r.get("device_name", ""))) == kind]
+    on = lambda rs: [r for r in rs if device_kind(str(r.get("device_name", ""))) == kind]  # noqa: E731
+    made, mark = on(rows), ""
+    if not made:
+        made, mark = on(pool), "~"
     if not made:
         return "?"
-    return f"{sum(run_cost(made, p['dataset'], p['model'], kind)[0] for p in left) / 3600:.1f}"
+    hours = sum(run_cost(made, p["dataset"], p["model"], kind)[0] for p in left) / 3600
+    return f"{hours:.1f}{mark}"
 
 
 def _fmt_eta(seconds: float | None) -> str:
@@ -405,12 +410,15 @@ def main(argv: list[str] | None = None) -> None:
     if a.cmd == "list":
         head = ("study", "done", "left", "CPU-h left", "GPU-h left")
         print("{:14s} {:>5s} {:>5s} {:>10s} {:>10s}  question".format(*head))
+        done = {name: status(s) for name, s in STUDIES.items()}
+        pool = [r for rows, _, _ in done.values() for r in rows]
         for s in STUDIES.values():
-            rows, left, _ = status(s)
-            eta = [_kind_hours(rows, left, kind) for kind in ("cpu", "gpu")]
+            rows, left, _ = done[s.name]
+            eta = [_kind_hours(rows, left, kind, pool) for kind in ("cpu", "gpu")]
             print(f"{s.name:14s} {len(rows):5d} {len(left):5d} {eta[0]:>10s} {eta[1]:>10s}  "
                   f"{s.question}")  # fmt: skip
-        print("(hours from the finished runs on that kind of device; '?': none has run on it)")
+        print("(hours from the study's finished runs on that kind of device; '~': from the other "
+              "studies' runs on one, by cell, model or all; '?': none has run on one)")  # fmt: skip
         return
     study = get(a.name)
     if getattr(a, "first", None) is not None:
