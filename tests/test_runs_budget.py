@@ -134,3 +134,22 @@ def test_a_broken_tuning_file_leaves_its_rows_out_with_a_warning(tmp_path, monke
     with pytest.warns(UserWarning, match="simakt_tuning.json: .*its tuned rows are left out"):
         out = budget.add_tuned_rows(dict(studies.STUDIES))
     assert "simakt_tuned" not in out and set(studies.STUDIES) <= set(out)
+
+
+def test_the_sparsekt_budget_searches_pykts_own_sweep_and_joins_the_baselines():
+    sparse = budget.BUDGETS["sparsekt"]
+    assert set(sparse.space("sparsekt_topk", 100)) == set(budget.SPARSEKT_SPACE) | {"k"}
+    assert set(sparse.space("sparsekt_soft", 100)) == set(budget.SPARSEKT_SPACE) | {"ratio"}
+    sim = simulate(num_students=20, seq_len=12, num_c=5, seed=0).data
+    for label in sparse.labels:
+        trial = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3)).ask()
+        settings = trial_settings(trial, sparse.space(label, len(sim)))
+        model = build_model(
+            "sparsekt", preset="paper", dataset=sim, **sparse.fields(label, settings)
+        )
+        assert model.config.selection == label.removeprefix("sparsekt_")
+        assert model.config.n_blocks == settings["n_blocks"] and model.config.d == settings["d"]
+    variants = {"sparsekt_topk_tuned": {"model": "sparsekt", "lr": 1e-4, "selection": "topk"}}
+    grown = budget.with_tuned_rows(studies.get("baselines"), variants)
+    assert grown.parts[-1].datasets == (("assist2015", "pykt"),)
+    assert grown.pairs[-1] == ("sparsekt_topk_tuned", "sparsekt_topk")  # its untuned row

@@ -8,6 +8,7 @@ included) in a study of record, paired.
     kt budget best simakt              # results/simakt_tuning.json -> the simakt_tuned study
     kt budget search ordinal           # seed 002's phase 2 on OULAD K = 5
     kt budget best ordinal             # results/ordinal_tuning.json -> ordinal_oulad's _tuned rows
+    kt budget search sparsekt          # pyKT's own sweep space, ASSIST2015 fold 0
 
 `simakt` (seed 000): DTransformer, SimAKT without its inter-student heads and the three presets on
 algebra05 (split seed 0), validation AUC. Every label searches `SHARED_SPACE` (learning rate,
@@ -20,6 +21,10 @@ cluster-only).
 K = 5 fold 0, validation QWK, each over `search.ordinal_space` (its own fields of
 distance_penalty, window size, fusion, embedding size, and the learning rate); the K = 4 rows
 reuse K = 5's choice (not searched at K = 4).
+`sparsekt` (the baselines issue's open gap): sparseKT's top-k and soft selection on ASSIST2015
+fold 0, validation AUC, over pyKT's own sweep (`SPARSEKT_SPACE`, from its
+examples/seedwandb/sparsekt.yaml); `kt budget best sparsekt` adds `sparsekt_topk_tuned` and
+`sparsekt_soft_tuned` rows to the baselines study, paired with the untuned ones.
 
 Trials live in an SQLite storage per budget (one Optuna study per label), so a search that is
 killed resumes with the trials it lacks; test students are never read.
@@ -83,6 +88,32 @@ def _ordinal_space(label: str, model: str, similarity: str | None, n: int) -> di
 
 def _ordinal_fields(label: str, similarity: str | None, settings: dict) -> dict:
     return {k: v for k, v in settings.items() if k != "lr"}
+
+
+# pyKT's own sweep for sparseKT (examples/seedwandb/sparsekt.yaml: every value it lists), the
+# selection's parameter per label; the question is whether its published ASSIST2015 figures need it
+SPARSEKT_SPACE: dict[str, Dim] = {
+    "lr": Dim(kind="choice", choices=(1e-3, 1e-4, 1e-5)),
+    "d": Dim(kind="choice", choices=(64, 256)),
+    "d_ff": Dim(kind="choice", choices=(64, 256)),
+    "final_fc_dim": Dim(kind="choice", choices=(64, 256)),
+    "final_fc_dim2": Dim(kind="choice", choices=(64, 256)),
+    "dropout": Dim(kind="choice", choices=(0.05, 0.1, 0.3, 0.5)),
+    "n_heads": Dim(kind="choice", choices=(4, 8)),
+    "n_blocks": Dim(kind="choice", choices=(1, 2, 4)),
+}
+SELECTION = {"sparsekt_topk": ("topk", "k", Dim(1, 10, kind="int")),
+             "sparsekt_soft": ("soft", "ratio", Dim(kind="choice", choices=(
+                 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)))}  # fmt: skip
+
+
+def _sparsekt_space(label: str, model: str, similarity: str | None, n: int) -> dict[str, Dim]:
+    _, name, dim = SELECTION[label]
+    return {**SPARSEKT_SPACE, name: dim}
+
+
+def _sparsekt_fields(label: str, similarity: str | None, settings: dict) -> dict:
+    return {"selection": SELECTION[label][0], **{k: v for k, v in settings.items() if k != "lr"}}
 
 
 @dataclass(frozen=True)
@@ -164,6 +195,18 @@ BUDGETS: dict[str, Budget] = {
         _ordinal_space,
         _ordinal_fields,
         prepare=("oulad", "oulad", {"bands": 5}),
+    ),
+    # issue 29's open question: does sparseKT reach pyKT's ASSIST2015 figures once searched as
+    # pyKT searched it? The tuned rows join the baselines study, paired with the untuned ones
+    "sparsekt": Budget(
+        "sparsekt",
+        {label: ("sparsekt", None) for label in SELECTION},
+        "assist2015",
+        "pykt",
+        0,
+        "auc",
+        _sparsekt_space,
+        _sparsekt_fields,
     ),
 }
 
@@ -285,19 +328,27 @@ def tuned_study(variants: dict[str, dict]) -> Study:
 
 
 def with_tuned_rows(study: Study, variants: dict[str, dict]) -> Study:
-    """`study` with its tuned rows (`<model>_tuned`, the budget's best configurations) as a last
-    part on the same datasets (the runs before keep their keys), each paired with its untuned
-    model: the label says which rows are tuned."""
+    """`study` with its tuned rows (`<label>_tuned`, the budget's best configurations) as a last
+    part on the datasets of the untuned rows (the runs before keep their keys), each paired with
+    its untuned row (the label without `_tuned`, else its model): the label says which rows are
+    tuned."""
     tuned = tuple(variants)
-    models = {v["model"] for v in variants.values()}
+    rows = {m for part in study.parts for m in part.models}
+    base = {t: t.removesuffix("_tuned") if t.removesuffix("_tuned") in rows else v["model"]
+            for t, v in variants.items()}  # fmt: skip
     datasets = tuple(
-        dict.fromkeys(d for part in study.parts if set(part.models) & models for d in part.datasets)
+        dict.fromkeys(
+            d
+            for part in study.parts
+            if set(part.models) & set(base.values())
+            for d in part.datasets
+        )
     )
     return dataclasses.replace(
         study,
         parts=(*study.parts, Part(datasets, tuned)),
         variants={**study.variants, **variants},
-        pairs=(*study.pairs, *((t, variants[t]["model"]) for t in tuned)),
+        pairs=(*study.pairs, *((t, base[t]) for t in tuned)),
     )
 
 
@@ -306,13 +357,14 @@ def add_tuned_rows(studies: dict[str, Study]) -> dict[str, Study]:
     results/NAME_tuning.json. A file that no longer parses (a field a model lost) is named in a
     warning and its rows left out: the other studies stay usable."""
     out = dict(studies)
-    for name in ("simakt", "ordinal"):
+    joins = {"ordinal": "ordinal_oulad", "sparsekt": "baselines"}  # study the tuned rows join
+    for name in ("simakt", *joins):
         try:
             variants = tuned_variants(BUDGETS[name])
             if variants and name == "simakt":
                 out["simakt_tuned"] = tuned_study(variants)
             elif variants:
-                out["ordinal_oulad"] = with_tuned_rows(out["ordinal_oulad"], variants)
+                out[joins[name]] = with_tuned_rows(out[joins[name]], variants)
         except (ValueError, KeyError, TypeError) as e:
             warnings.warn(f"{BUDGETS[name].file}: {e}; its tuned rows are left out", stacklevel=2)
     return out
