@@ -450,9 +450,18 @@ def main(argv: list[str] | None = None) -> None:
         execution = ExecConfig.from_args(a)
         run(study, a.data_root, a.device, execution, a.out, progress=sys.stderr.isatty())
     rows, left, eta = status(study, a.data_root, a.out, a.device)
-    print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
+    # the cells the (narrowed: --models, --first) study plans; costs still read every run
+    keys = {p_["key"] for p_ in study.plan(a.data_root)}
+    mine = [r for r in rows if r.get("run_key") in keys]
+    print(f"{study.name}: {len(mine)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
     print(f"{'dataset':14s} {'model':26s} {'done':>4s} {'left':>4s} {'min/run':>8s} {'h left':>7s}")
-    for c in cells(rows, left, "gpu" if a.device.startswith("cuda") else "cpu"):
+    kind = "gpu" if a.device.startswith("cuda") else "cpu"
+    planned = {(r["dataset"], r["model"]) for r in mine} | {
+        (p_["dataset"], p_["model"]) for p_ in left
+    }
+    for c in cells(rows, left, kind):
+        if (c["dataset"], c["model"]) not in planned:
+            continue
         cost = "-" if math.isnan(c["run_min"]) else f"{c['run_min']:.0f}"
         hours = "-" if math.isnan(c["hours_left"]) else f"{c['hours_left']:.1f}"
         print(f"{c['dataset']:14s} {c['model']:26s} {c['done']:4d} {c['left']:4d} {cost:>8s} "
