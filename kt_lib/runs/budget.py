@@ -213,13 +213,18 @@ BUDGETS: dict[str, Budget] = {
 
 def finished_trials(storage: str, label: str) -> int:
     """Trials of `label`'s study in `storage` that ended (complete, pruned or failed)."""
+    study = _load(storage, label)
+    return 0 if study is None else sum(t.state.is_finished() for t in study.trials)
+
+
+def _load(storage: str, label: str):
+    """`label`'s Optuna study in `storage`, or None before its first trial."""
     import optuna
 
     try:
-        study = optuna.load_study(study_name=f"budget_{label}", storage=storage)
+        return optuna.load_study(study_name=f"budget_{label}", storage=storage)
     except KeyError:  # no such study yet
-        return 0
-    return sum(t.state.is_finished() for t in study.trials)
+        return None
 
 
 def search_label(
@@ -260,15 +265,10 @@ def best_configs(budget: Budget, storage: str | None = None) -> dict:
     """Per label with a completed trial: its model, the best trial's fields and learning rate,
     its validation metric, and how its trials ended (the budget each label got, pruned and
     failed ones included)."""
-    import optuna
-
     out = {}
     for label, (model, _) in budget.labels.items():
-        try:
-            study = optuna.load_study(
-                study_name=f"budget_{label}", storage=storage or budget.storage
-            )
-        except KeyError:
+        study = _load(storage or budget.storage, label)
+        if study is None:
             continue
         states = [t.state.name.lower() for t in study.trials if t.state.is_finished()]
         if "complete" not in states:

@@ -17,17 +17,23 @@ from .stats import compare_pairs, pairs_markdown
 from .tables import mean_std, to_markdown
 
 
+def _finished(study, path: str | Path | None) -> pd.DataFrame | None:
+    """The study's finished runs (failed rows left out), or None without a results file."""
+    path = Path(path or study.path)
+    if not path.exists():
+        return None
+    runs = load_results(path)
+    return runs[runs["error"].isna()] if "error" in runs else runs
+
+
 def render(study, path: str | Path | None = None) -> str:
     """The README's block for a study, from its results file alone: per (dataset, model) the
     test AUC (mean ± std over runs), runs, mean best epoch and training seconds, the device;
     then each of the study's pairs per dataset and pooled over datasets (paired by dataset,
     fold and seed; kt_lib.runs.stats). `kt study render NAME` prints it."""
-    path = Path(path or study.path)
-    if not path.exists():
+    runs = _finished(study, path)
+    if runs is None:
         return f"No finished run yet (`kt study status {study.name}`).\n"
-    runs = load_results(path)
-    if "error" in runs:
-        runs = runs[runs["error"].isna()]
     metrics = [m for m in ("test_auc", "test_qwk") if m in runs]  # ordinal K > 2: no AUC
     shown = metrics + [m for m in ORDINAL_SHOWN if "test_qwk" in runs and m in runs]
     g = runs.groupby(["dataset", "model"], sort=False)
@@ -93,12 +99,9 @@ def render_summary(study, path: str | Path | None = None) -> str:
     (rows) and dataset (columns) the headline test metric, mean ± std over its runs and their
     number, "-" where a cell has no finished run yet; the full block (published figures, pairs,
     AUC by history position) is `render`'s."""
-    path = Path(path or study.path)
-    if not path.exists():
+    runs = _finished(study, path)
+    if runs is None:
         return f"No finished run yet (`kt study status {study.name}`).\n"
-    runs = load_results(path)
-    if "error" in runs:
-        runs = runs[runs["error"].isna()]
     metric = "test_auc" if "test_auc" in runs else "test_qwk"
     datasets = list(dict.fromkeys(runs["dataset"]))
     rows = []
