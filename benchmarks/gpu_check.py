@@ -6,6 +6,8 @@
     python benchmarks/gpu_check.py --device cpu --quick --out /tmp/check   # what CI runs
     python benchmarks/gpu_check.py --zoo --pykt-src CHECKOUT/pykt/models --budget 540
                                    # step 3 over the whole peer zoo; all within 540 s
+    python benchmarks/gpu_check.py --models gkt kqn --peer-models gkt kqn --zoo
+                                   # a short lease: only the models not measured yet
 
 Runs, one after another, each as a subprocess with its own time limit (the whole within 10
 minutes on one H100):
@@ -47,8 +49,11 @@ def steps(
     tmp: Path,
     zoo: bool = False,
     pykt_src: str | None = None,
+    only: list[str] | None = None,
+    peers_only: list[str] | None = None,
 ) -> list[tuple[str, list[str], int]]:
-    """(name, argv, seconds allowed) of each step."""
+    """(name, argv, seconds allowed) of each step; `only` / `peers_only`: the models of steps 2 /
+    3 (None: every registered model / dkt sakt akt, or the zoo)."""
     py = sys.executable
     dev = ["--device", device]
     if quick:  # tiny sizes in one process: what CI and a loaded CPU can run
@@ -68,10 +73,14 @@ def steps(
             "paper",
         ]
         train_data += ["--epochs", "3"]
+    if only:
+        models = ["--models", *only]
     bench = [py, "benchmarks/bench_models.py", *dev, *models, *small]
     if quick:
         bench += ["--process", "shared"]
     peer_models = [] if zoo else ["--models", "dkt", "sakt", "akt"]
+    if peers_only:
+        peer_models = ["--models", *peers_only]
     src = ["--pykt-src", pykt_src] if pykt_src else []
     peers = ("peers", [py, "benchmarks/bench_peers.py", *dev, *small, *peer_models, *src, "--out",
                        str(tmp / "peers.json")], 400 if zoo else 90)  # fmt: skip
@@ -184,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=600.0, help="seconds for the whole check")
     p.add_argument("--zoo", action="store_true", help="step 3 over the whole peer zoo, run last")
     p.add_argument("--pykt-src", default=None, help="a checkout's pykt/models (bench_peers)")
+    p.add_argument("--models", nargs="+", default=None,
+                   help="step 2's models (default: every registered model)")  # fmt: skip
+    p.add_argument("--peer-models", nargs="+", default=None,
+                   help="step 3's models (default: dkt sakt akt; --zoo: the zoo)")  # fmt: skip
     a = p.parse_args(argv)
     if a.budget <= 0:
         p.error(f"--budget {a.budget}: must be positive seconds")
@@ -205,7 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "steps": [],
     }
-    for name, cmd, limit in steps(a.device, quick, Path(a.data_dir), tmp, a.zoo, a.pykt_src):
+    for name, cmd, limit in steps(
+        a.device, quick, Path(a.data_dir), tmp, a.zoo, a.pykt_src, a.models, a.peer_models
+    ):
         left = int(a.budget - (time.perf_counter() - t_start))
         why = None
         if left < 5:

@@ -58,3 +58,16 @@ def test_a_spent_budget_skips_the_remaining_steps_and_still_writes_the_report(tm
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "--budget 0" in bad.stderr
+
+
+def test_models_and_peer_models_narrow_steps_2_and_3():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_check import steps
+
+    got = dict((s[0], s[1]) for s in steps("cuda", False, Path("d"), Path("t"), zoo=True,
+                                           only=["gkt", "kqn"], peers_only=["skvmn"]))  # fmt: skip
+    for step in ("models", "models bf16"):
+        i = got[step].index("--models")
+        assert got[step][i + 1 : i + 3] == ["gkt", "kqn"] and got[step][i + 3].startswith("--")
+    peers = got["peers"]
+    assert peers[peers.index("--models") + 1] == "skvmn"
