@@ -214,3 +214,15 @@ def test_list_gives_each_study_its_hours_left_per_device_kind(capsys):
     assert out[0].split()[:5] == ["study", "done", "left", "CPU-h", "left"]
     pairs = next(line for line in out if line.startswith("pairs "))
     assert pairs.split()[2:5] == ["0", "0", "0"]  # a finished study: nothing left
+
+
+def test_the_baselines_diagnostics_train_at_their_own_rate_and_stay_off_the_leaderboard():
+    train = studies.get("baselines").train_config()
+    runs = {r.name: r for p in studies.get("baselines").part_plans() for r in p.runs(train)}
+    for label, model in (("extrakt_lr1e-4", "extrakt"), ("robustkt_lr1e-4", "robustkt")):
+        assert runs[label].base == model and runs[label].spec.train.lr == 1e-4
+        assert runs[model].spec.train.lr == train.lr == 1e-3  # the plain rows keep the recipe's
+        assert runs[label].key != runs[model].key
+    board = {r["model"] for r in studies.get("leaderboard").plan()}
+    assert {"extrakt", "robustkt", "atkt"} <= board
+    assert not board & {"extrakt_lr1e-4", "robustkt_lr1e-4", "atkt_pykt", "sparsekt_topk_pykt"}
