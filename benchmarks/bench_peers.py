@@ -97,8 +97,25 @@ def build_theirs(name: str, mods: dict, device: str, n: int, config: dict):
     kw, notes = their_sizes(name, config)
     nq = NUM_PID if peer.needs_pid else 0
     torch.manual_seed(0)
-    model = build(peer.pykt, mods, nc=NUM_C, nq=nq, n=n, device=device, **kw)
-    return model.to(device), kw, notes
+    model = build(peer.pykt, mods, nc=NUM_C, nq=nq, n=n, device=device, **kw).to(device)
+    moved = stray_tensors_to(model, device)
+    if moved:
+        why = "plain tensor attributes, which `.to()` leaves behind (pyKT's model fails without it)"
+        notes = [*notes, f"moved {', '.join(moved)} to {device}: {why}"]
+    return model, kw, notes
+
+
+def stray_tensors_to(model: torch.nn.Module, device: str) -> list[str]:
+    """Moves the tensors a module keeps as plain attributes (neither parameters nor buffers, so
+    `.to()` skips them: pyKT 0.0.38's KQN keeps its one-hot tables so) onto `device`; their
+    names where any was elsewhere."""
+    target, moved = torch.empty(0, device=device).device, []  # "cuda" -> cuda:0, as tensors say
+    for prefix, mod in model.named_modules():
+        for attr, value in list(vars(mod).items()):
+            if isinstance(value, torch.Tensor) and value.device != target:
+                setattr(mod, attr, value.to(device))
+                moved.append(f"{prefix}.{attr}" if prefix else attr)
+    return moved
 
 
 def pykt_step_and_inference(name: str, model, d: dict):

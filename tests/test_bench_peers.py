@@ -20,7 +20,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_peers import one_argv, parse_args  # noqa: E402
+from bench_peers import one_argv, parse_args, stray_tensors_to  # noqa: E402
 from peer_models import REPO, SHIPPED, SIZED, build, training_loss  # noqa: E402
 from peer_zoo import IGNORED, SHARED, availability, their_sizes  # noqa: E402
 from pykt_loader import find_pykt_models, load_pykt  # noqa: E402
@@ -180,3 +180,21 @@ def test_smoke_end_to_end(tmp_path):
     # same sizes where both have them: DKT's and qDKT's parameter counts agree exactly
     assert rows["dkt"]["ours"]["params"] == rows["dkt"]["theirs"]["params"]
     assert rows["dkt"]["theirs"]["config"] == {"emb_size": 200, "dropout": 0.1}
+
+
+def test_stray_tensors_follow_the_model_to_its_device():
+    """pyKT 0.0.38's KQN keeps its one-hot tables as plain attributes; `.to()` skips them, so its
+    forward fails on a GPU. The benchmark moves them, and names them in the row's notes."""
+
+    class Inner(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(2, 2)
+            self.eye = torch.eye(2)  # a plain attribute, as in pyKT's kqn.py
+
+    model = torch.nn.Sequential(Inner())
+    model.two_eye = torch.eye(4)
+    assert stray_tensors_to(model, "meta") == ["two_eye", "0.eye"]
+    assert model.two_eye.is_meta and model[0].eye.is_meta
+    assert model[0].lin.weight.device.type == "cpu"  # parameters are `.to()`'s business
+    assert stray_tensors_to(model, "meta") == []
