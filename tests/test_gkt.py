@@ -3,6 +3,8 @@ over valid rows, the paper preset's size."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -111,6 +113,56 @@ def test_step_matches_a_loop_and_touches_only_the_answered_concept_and_neighbour
     assert changed[1].tolist() == [False] * 5 + [True]  # isolated concept: only itself
     assert changed[2].tolist() == [False, False, False, True, True, False]
     assert not changed[3].any()  # padding never updates
+
+
+def _plain_step(model, H, q, r, valid):
+    """The update written plainly: the [B, C, 2(D+E)] pair inputs built whole, f_out and f_in
+    run as MLPs on them (training mode: batch statistics over every valid (b, j) row)."""
+    B, _, D = H.shape
+    A, b = model.graph, torch.arange(B)
+    Hp = torch.cat([H, model.emb_c.weight.expand(B, C, -1)], -1).clone()
+    Hp[b, q, D:] = model.emb_x(q + C * r)
+    own = Hp[b, q]
+    rows = valid[:, None].expand(B, C).flatten()
+
+    def pair(mlp):
+        x = torch.cat([own[:, None].expand(-1, C, -1), Hp], -1).flatten(0, 1)
+        return mlp(x, rows).view(B, C, -1)
+
+    m_nb = A[q][..., None] * pair(model.f_out) + A[:, q].T[..., None] * pair(model.f_in)
+    m_nb = m_nb.clone()
+    m_nb[b, q] = model.f_self(own, valid)
+    new = model.gru(model.gate(m_nb).flatten(0, 1), H.flatten(0, 1)).view_as(H)
+    touched = (torch.nn.functional.one_hot(q, C).bool() | (A[q] > 0) | (A[:, q].T > 0)) & valid[
+        :, None
+    ]
+    return torch.where(touched[..., None], new, H)
+
+
+def test_step_matches_a_plain_rewrite_in_training():
+    """The step's split first layer (`GraphMLP.pair`: no concatenated input) and the answered
+    concept's row give the plain rewrite's state, gradients and running statistics in training
+    mode, where that row enters the batch statistics (dropout 0: no draws to match)."""
+    torch.manual_seed(0)
+    model = build_model("gkt", preset="tiny", num_c=C, dropout=0.0, graph="dense")
+    model.train()
+    plain = copy.deepcopy(model)
+    H = torch.randn(5, C, model.config.d)
+    q, r = torch.tensor([0, 5, 3, 0, 2]), torch.tensor([1, 0, 1, 1, 0])
+    valid = torch.tensor([True, True, True, False, True])
+    probe = torch.randn_like(H)
+    got, want = model.step(H, q, r, valid), _plain_step(plain, H, q, r, valid)
+    assert torch.allclose(got, want, atol=1e-5)
+    (got * probe).sum().backward()
+    (want * probe).sum().backward()
+    for (name, a), b in zip(model.named_parameters(), plain.parameters(), strict=True):
+        if b.grad is None:
+            assert a.grad is None or a.grad.abs().max() == 0, name
+            continue
+        assert torch.allclose(a.grad, b.grad, atol=1e-5), name
+    for (name, a), b in zip(model.named_buffers(), plain.buffers(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6), name
+    assert not torch.equal(model.f_in.norm.running_mean, torch.zeros_like(probe[0, 0]))
 
 
 def test_masked_batch_norm_uses_valid_rows_only():
