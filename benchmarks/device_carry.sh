@@ -5,12 +5,11 @@
 # - .devcarry/site: pykt-toolkit 0.0.38 (pip --no-deps --target; put it on PYTHONPATH there);
 # - .devcarry/pykt-src-models: a checkout's pykt/models (bench_peers --pykt-src), if given;
 # - .devcarry/data: the datasets under DATA_ROOT (default ../shared/data), about 21 MB.
-# Then, in one device call (docs/performance.md, "On a GPU"):
-#   export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/.devcarry/site
-#   python3 benchmarks/gpu_check.py --device cuda --zoo --pykt-src .devcarry/pykt-src-models \
-#       --data-dir .devcarry/data/assist2009 --budget 540 --out $OUT 2>&1 | tee $OUT/log.txt
-# The device's python3 has torch and the scientific stack; PYTHONPATH must hold the repository
-# root too (benchmarks/ import kt_lib, which is not installed there).
+# Then, in one device call (docs/performance.md, "On a GPU"), with carry [".devcarry"] (and the
+# study's checkpoints, runs/checkpoints/STUDY):
+#   benchmarks/device_lease.sh 390 140 STUDY --models A B --workers 6
+# The device's python3 has torch and the scientific stack; the script puts the repository root
+# and .devcarry/site on PYTHONPATH (benchmarks/ import kt_lib, which is not installed there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=.devcarry

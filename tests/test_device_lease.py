@@ -1,0 +1,73 @@
+"""benchmarks/device_lease.sh: a lease's one call runs the check, then the study's cells, and
+packs what must come back within the device tool's limits (a stand-in python: no GPU here)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FAKE_PYTHON = """#!/bin/sh
+echo "$@" >> "$OUT/calls.txt"
+case "$1" in benchmarks/gpu_check.py) mkdir -p "$OUT/gpu_check_parts"; echo check ran;; esac
+exit 0
+"""
+
+
+def _lease(
+    tmp_path: Path, *args: str, big: bool = False
+) -> tuple[subprocess.CompletedProcess, Path]:
+    repo, out = tmp_path / "repo", tmp_path / "out"
+    (repo / "benchmarks").mkdir(parents=True)
+    shutil.copy(ROOT / "benchmarks" / "device_lease.sh", repo / "benchmarks")
+    (repo / "results").mkdir()
+    (repo / "results" / "toy.json").write_text('{"results": []}')
+    ckpt = repo / "runs" / "checkpoints" / "toy"
+    ckpt.mkdir(parents=True)
+    (ckpt / "run_last.pt").write_bytes(os.urandom(17_000_000 if big else 1000))
+    out.mkdir()
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_PYTHON)
+    fake.chmod(0o755)
+    env = {**os.environ, "OUT": str(out), "DEVICE": "cpu", "PYTHON": str(fake)}
+    p = subprocess.run(
+        ["bash", str(repo / "benchmarks" / "device_lease.sh"), *args],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    return p, out
+
+
+def test_the_lease_checks_then_runs_the_study_and_packs_what_comes_back(tmp_path):
+    p, out = _lease(tmp_path, "30", "20", "toy", "--models", "gkt", "--workers", "6")
+    assert p.returncode == 0, p.stderr
+    calls = (out / "calls.txt").read_text().splitlines()
+    assert calls[0].startswith("benchmarks/gpu_check.py --device cpu --zoo")
+    assert "--budget 30" in calls[0] and "--data-dir .devcarry/data/assist2009" in calls[0]
+    assert calls[1] == (
+        "-m kt_lib.runs.studies run toy --device cpu --data-root .devcarry/data "
+        "--models gkt --workers 6"
+    )
+    assert not (out / "gpu_check_parts").exists()  # its rows live in gpu_check.json
+    assert (out / "toy.json").read_text() == '{"results": []}'
+    with tarfile.open(out / "checkpoints.tgz") as tar:
+        assert "runs/checkpoints/toy/run_last.pt" in tar.getnames()
+    assert "study toy: exit 0" in p.stdout
+
+
+def test_checkpoints_over_the_tools_file_limit_are_left_behind_and_said_so(tmp_path):
+    p, out = _lease(tmp_path, "0", "20", "toy", big=True)
+    assert p.returncode == 0, p.stderr
+    assert "gpu_check" not in (out / "calls.txt").read_text()  # CHECK_SECONDS 0: no check
+    assert not (out / "checkpoints.tgz").exists()
+    assert "over 16 MB packed, left behind" in p.stdout
+
+
+def test_too_few_arguments_print_the_usage(tmp_path):
+    p = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "device_lease.sh"), "30"],
+        capture_output=True, text=True, env={**os.environ, "OUT": str(tmp_path)},
+    )  # fmt: skip
+    assert p.returncode == 2 and "device_lease.sh CHECK_SECONDS STUDY_SECONDS STUDY" in p.stderr
