@@ -1,0 +1,118 @@
+"""bf16 against fp32: the same model, weights and batch, the two precisions alternated step by step
+in one process, so that a shared machine's noise falls on both alike (the ratio is the figure).
+
+    python benchmarks/bench_precision.py [--models akt dtransformer simakt] [--device cpu]
+                                         [--repeats 5] [--batch 64] [--len 200]
+                                         [--out benchmarks/results/precision_cpu.json]
+
+Per model: the median training step (AdamW on `model.loss`) and inference pass at each precision
+(`kt_lib.runtime.precision_context`, as `fit()` trains: fp32 is the CPU's default, bf16 autocast
+with float32 master weights), their ratio bf16 / fp32, and the loss of one no-grad forward at each
+precision on the same weights (how far bf16 moves it). The JSON records whether the CPU has bf16
+instructions (`avx512_bf16`, `amx_bf16` in /proc/cpuinfo): without them autocast converts in
+software, and bf16 is expected to cost more than it saves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from bench_models import B, L, build_ours, cpu_model, on_device
+from timing import model_step_and_inference, sync
+
+PRECISIONS = ("fp32", "bf16")
+
+
+def cpu_bf16_flags() -> list[str]:
+    """The CPU's bf16 instruction flags (Linux /proc/cpuinfo), [] if none or unknown."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    flags = next(
+        (ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []
+    )
+    return sorted(f for f in flags if f in ("avx512_bf16", "amx_bf16", "amx_tile"))
+
+
+def timed(fn, device: str) -> float:
+    sync(device)
+    t0 = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def bench_model(name: str, device: str, repeats: int, b: int, n: int) -> dict:
+    """One model: both precisions alternated over `repeats` rounds after a warm-up round."""
+    with on_device(device, "fp32", None):
+        model, batch = build_ours(name, device, b=b, n=n)
+    step, infer = model_step_and_inference(model, batch)
+    times = {p: {"train": [], "infer": []} for p in PRECISIONS}
+    for round_ in range(repeats + 1):
+        for prec in PRECISIONS:
+            with on_device(device, prec, None):
+                t_step, t_infer = timed(step, device), timed(infer, device)
+            if round_:  # round 0 warms both up
+                times[prec]["train"].append(t_step)
+                times[prec]["infer"].append(t_infer)
+    losses = {}
+    model.eval()
+    for prec in PRECISIONS:
+        with on_device(device, prec, None), torch.no_grad():
+            losses[prec] = float(model.loss(model(batch), batch, 0)["total"])
+    med = {p: {k: statistics.median(v) for k, v in times[p].items()} for p in PRECISIONS}
+    return {
+        "model": name,
+        **{
+            p: {"train_step_s": round(med[p]["train"], 4), "inference_s": round(med[p]["infer"], 4)}
+            for p in PRECISIONS
+        },  # fmt: skip
+        "bf16_over_fp32": {
+            "train_step": round(med["bf16"]["train"] / med["fp32"]["train"], 3),
+            "inference": round(med["bf16"]["infer"] / med["fp32"]["infer"], 3),
+        },
+        "loss": {p: losses[p] for p in PRECISIONS},
+        "loss_rel_change": float(
+            f"{abs(losses['bf16'] - losses['fp32']) / abs(losses['fp32']):.3g}"
+        ),
+        "repeats": repeats,
+        "device": device,
+        "B": b,
+        "L": n,
+        "threads": torch.get_num_threads(),
+        "cpu": cpu_model(),
+        "cpu_bf16_flags": cpu_bf16_flags(),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--models", nargs="+", default=["akt", "dtransformer", "simakt"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--batch", type=int, default=B)
+    p.add_argument("--len", type=int, default=L)
+    p.add_argument("--out", default="benchmarks/results/precision_cpu.json")
+    a = p.parse_args(argv)
+    if a.repeats < 1:
+        p.error(f"--repeats {a.repeats}: must be >= 1")
+    rows = []
+    for name in a.models:
+        row = bench_model(name, a.device, a.repeats, a.batch, a.len)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+        out = Path(a.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        part = out.with_name(out.name + ".tmp")
+        part.write_text(json.dumps(rows, indent=1))
+        part.replace(out)  # after every model: a cut-off run keeps what finished
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""benchmarks/bench_precision.py: bf16 and fp32 alternated on one model, at tiny sizes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_precision import main  # noqa: E402
+
+
+def test_both_precisions_are_timed_on_one_model_and_their_ratio_and_loss_gap_written(tmp_path):
+    out = tmp_path / "p.json"
+    main(["--models", "dkt", "--batch", "4", "--len", "12", "--repeats", "2", "--out", str(out)])
+    (row,) = json.loads(out.read_text())
+    assert row["model"] == "dkt" and row["repeats"] == 2
+    for prec in ("fp32", "bf16"):
+        assert row[prec]["train_step_s"] > 0 and row[prec]["inference_s"] > 0
+    ratio = row["bf16"]["train_step_s"] / row["fp32"]["train_step_s"]
+    assert row["bf16_over_fp32"]["train_step"] == pytest.approx(ratio, rel=0.05, abs=0.01)
+    # bf16 moves the loss a little, not nothing (it really ran in bf16) and not far
+    assert 0 < row["loss_rel_change"] < 0.05, row["loss"]
+    assert isinstance(row["cpu_bf16_flags"], list)
+
+
+def test_zero_repeats_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["--repeats", "0"])
+    assert "--repeats 0: must be >= 1" in capsys.readouterr().err
