@@ -3,7 +3,8 @@
 # the GPU check first, then a study's GPU cells for the seconds left, and everything packed into
 # $OUT within the device tool's limits (8 files, 16 MiB each, 2 folders down).
 #   benchmarks/device_lease.sh CHECK_SECONDS STUDY_SECONDS STUDY [kt study run options...]
-# e.g., with carry [".devcarry", "runs/checkpoints/baselines"] and timeout_s 600:
+# e.g., with carry [".devcarry", "runs/checkpoints/baselines"] (the checkpoints only when under
+# about 30 MB: a call carries 64 MiB in all) and timeout_s 600:
 #   benchmarks/device_lease.sh 390 140 baselines --models gkt cl4kt --workers 6
 # CHECK_SECONDS 0 skips the check; GPU_CHECK_ARGS adds to it (e.g. "--models gkt kqn
 # --peer-models gkt kqn"). Back here: `kt leaderboard FILES_AT/STUDY.json
