@@ -33,6 +33,7 @@ if [ "$study_s" -gt 0 ]; then
     timeout "$study_s" "$py" -m kt_lib.runs.studies run "$study" --device "$device" \
         --data-root "$data" "$@" > "$out/study_log.txt" 2>&1
     echo "study $study: exit $? (124: stopped at $study_s s)"
+    pkill -f "multiprocessing.spawn" 2> /dev/null && sleep 2  # its workers, were any left
     grep -v "epoch [0-9]*:" "$out/study_log.txt" | tail -n 5
     cp "results/$study.json" "$out/$study.json"
     if [ -d "runs/checkpoints/$study" ] && [ -n "$(ls -A "runs/checkpoints/$study")" ]; then
