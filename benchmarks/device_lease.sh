@@ -30,10 +30,10 @@ if [ "$check" -gt 0 ]; then
     rm -rf "$out/gpu_check_parts"  # their rows are in gpu_check.json; the files would count
 fi
 if [ "$study_s" -gt 0 ]; then
+    # timeout signals its whole process group, the study's pool workers with it
     timeout "$study_s" "$py" -m kt_lib.runs.studies run "$study" --device "$device" \
         --data-root "$data" "$@" > "$out/study_log.txt" 2>&1
     echo "study $study: exit $? (124: stopped at $study_s s)"
-    pkill -f "multiprocessing.spawn" 2> /dev/null && sleep 2  # its workers, were any left
     grep -v "epoch [0-9]*:" "$out/study_log.txt" | tail -n 5
     cp "results/$study.json" "$out/$study.json"
     if [ -d "runs/checkpoints/$study" ] && [ -n "$(ls -A "runs/checkpoints/$study")" ]; then
