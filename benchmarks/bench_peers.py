@@ -100,7 +100,7 @@ def build_theirs(name: str, mods: dict, device: str, n: int, config: dict):
     model = build(peer.pykt, mods, nc=NUM_C, nq=nq, n=n, device=device, **kw).to(device)
     moved = stray_tensors_to(model, device)
     if moved:
-        why = "plain tensor attributes, which `.to()` leaves behind (pyKT's model fails without it)"
+        why = "plain tensor attributes, which `.to()` leaves behind (pyKT's KQN fails without)"
         notes = [*notes, f"moved {', '.join(moved)} to {device}: {why}"]
     return model, kw, notes
 

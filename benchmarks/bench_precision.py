@@ -55,7 +55,7 @@ def bench_model(name: str, device: str, repeats: int, b: int, n: int) -> dict:
     step, infer = model_step_and_inference(model, batch)
     times = {p: {"train": [], "infer": []} for p in PRECISIONS}
     for round_ in range(repeats + 1):
-        for prec in PRECISIONS:
+        for prec in PRECISIONS if round_ % 2 else PRECISIONS[::-1]:  # each goes first in turn
             with on_device(device, prec, None):
                 t_step, t_infer = timed(step, device), timed(infer, device)
             if round_:  # round 0 warms both up

@@ -5,7 +5,7 @@
 # - .devcarry/site: pykt-toolkit 0.0.38 (pip --no-deps --target; put it on PYTHONPATH there);
 # - .devcarry/pykt-src-models: a checkout's pykt/models (bench_peers --pykt-src), if given;
 # - .devcarry/data: the datasets under DATA_ROOT (default ../shared/data), about 21 MB.
-# Then, in one device call (docs/performance.md, "On a GPU"), with carry [".devcarry"] (and the
+# Then, in one device call (docs/gpu.md, "A lease, step by step"), with carry [".devcarry"] (and the
 # study's checkpoints, runs/checkpoints/STUDY):
 #   benchmarks/device_lease.sh 390 140 STUDY --models A B --workers 6
 # The device's python3 has torch and the scientific stack; the script puts the repository root

@@ -1,47 +1,66 @@
 #!/usr/bin/env bash
-# One device call that spends a short GPU lease (docs/performance.md, "A lease, step by step"):
-# the GPU check first, then a study's GPU cells for the seconds left, and everything packed into
-# $OUT within the device tool's limits (8 files, 16 MiB each, 2 folders down).
+# One device call that spends a short GPU lease (docs/gpu.md, "A lease, step by step"): the GPU
+# check first, then a study's GPU cells for the seconds left, and everything packed into $OUT
+# within the device tool's limits (8 files of about 16 MB at most, 2 folders down).
 #   benchmarks/device_lease.sh CHECK_SECONDS STUDY_SECONDS STUDY [kt study run options...]
 # e.g., with carry [".devcarry", "runs/checkpoints/baselines"] (the checkpoints only when under
 # about 30 MB: a call carries 64 MiB in all) and timeout_s 600:
 #   benchmarks/device_lease.sh 390 140 baselines --models gkt cl4kt --workers 6
 # CHECK_SECONDS 0 skips the check; GPU_CHECK_ARGS adds to it (e.g. "--models gkt kqn
-# --peer-models gkt kqn"). Back here: `kt leaderboard FILES_AT/STUDY.json
-# --merge-into results/STUDY.json` (by run key: rows landed here meanwhile are kept), and
-# `tar xzf FILES_AT/checkpoints.tgz` (the unfinished runs' epoch checkpoints, when they fit).
-# DEVICE (default cuda) and DATA_ROOT (default .devcarry/data) are read from the environment.
+# --peer-models gkt kqn"). Back here: `kt leaderboard FILES_AT/STUDY.json --merge-into
+# results/STUDY.json` (by run key: rows landed here meanwhile are kept) and `tar xzf
+# FILES_AT/checkpoints.tgz --keep-newer-files` (the checkpoints the study wrote there).
+# From the environment: OUT (required), DEVICE (cuda), DATA_ROOT (.devcarry/data), PYTHON
+# (python3). Exit status: the check's or the study's, whichever failed (124: stopped at time).
 set -uo pipefail
-[ $# -ge 3 ] || { sed -n 2,13p "$0" >&2; exit 2; }
+usage() { sed -n 2,15p "$0" >&2; exit 2; }
+[ $# -ge 3 ] || usage
 check=$1 study_s=$2 study=$3
 shift 3
-out=${OUT:?OUT must name the folder that comes back}
+if ! [[ $check =~ ^[0-9]+$ && $study_s =~ ^[0-9]+$ ]]; then
+    echo "seconds must be whole numbers, got $check and $study_s" >&2
+    usage
+fi
+[ -n "${OUT:-}" ] && [ -d "$OUT" ] || { echo "OUT must name an existing folder" >&2; exit 2; }
+out=$(cd "$OUT" && pwd)
 device=${DEVICE:-cuda}
 py=${PYTHON:-python3}
 cd "$(dirname "$0")/.." || exit 2
 data=${DATA_ROOT:-.devcarry/data}
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD:$PWD/.devcarry/site${PYTHONPATH:+:$PYTHONPATH}
+rc_check=0 rc_study=0
 if [ "$check" -gt 0 ]; then
     # shellcheck disable=SC2086  # GPU_CHECK_ARGS is a list of words
     "$py" benchmarks/gpu_check.py --device "$device" --zoo --pykt-src .devcarry/pykt-src-models \
         --data-dir "$data/assist2009" --budget "$check" --out "$out" ${GPU_CHECK_ARGS:-} \
         > "$out/check_log.txt" 2>&1
+    rc_check=$?
     tail -n 40 "$out/check_log.txt"
     rm -rf "$out/gpu_check_parts"  # their rows are in gpu_check.json; the files would count
 fi
 if [ "$study_s" -gt 0 ]; then
-    # timeout signals its whole process group, the study's pool workers with it
-    timeout "$study_s" "$py" -m kt_lib.runs.studies run "$study" --device "$device" \
+    stamp=$(mktemp)  # the checkpoints written after it are the ones to bring back
+    # timeout signals its whole process group, the study's pool workers with it; -k: a study
+    # that hangs on SIGTERM is killed 15 s later, so the packing below still runs
+    timeout -k 15 "$study_s" "$py" -m kt_lib.runs.studies run "$study" --device "$device" \
         --data-root "$data" "$@" > "$out/study_log.txt" 2>&1
-    echo "study $study: exit $? (124: stopped at $study_s s)"
+    rc_study=$?
+    echo "study $study: exit $rc_study (124: stopped at $study_s s)"
     grep -v "epoch [0-9]*:" "$out/study_log.txt" | tail -n 5
     cp "results/$study.json" "$out/$study.json"
-    if [ -d "runs/checkpoints/$study" ] && [ -n "$(ls -A "runs/checkpoints/$study")" ]; then
-        tar czf "$out/checkpoints.tgz" "runs/checkpoints/$study"
-        if [ "$(stat -c %s "$out/checkpoints.tgz")" -gt 16000000 ]; then
+    dir=runs/checkpoints/$study
+    if [ -d "$dir" ]; then
+        find "$dir" -type f -newer "$stamp" ! -name '*.tmp' -print0 \
+            | tar czf "$out/checkpoints.tgz" --null -T -
+        if [ "$(tar tzf "$out/checkpoints.tgz" | wc -l)" -eq 0 ]; then
+            rm "$out/checkpoints.tgz"
+        elif [ "$(stat -c %s "$out/checkpoints.tgz")" -gt 16000000 ]; then
             rm "$out/checkpoints.tgz"  # over the tool's 16 MiB a file: it would not come back
             echo "checkpoints of $study: over 16 MB packed, left behind"
         fi
     fi
+    rm -f "$stamp"
 fi
 ls -la "$out"
+[ "$rc_check" -ne 0 ] && exit "$rc_check"
+exit "$rc_study"

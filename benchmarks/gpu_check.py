@@ -218,9 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "steps": [],
     }
-    for name, cmd, limit in steps(
-        a.device, quick, Path(a.data_dir), tmp, a.zoo, a.pykt_src, a.models, a.peer_models
-    ):
+    plan = steps(a.device, quick, Path(a.data_dir), tmp, a.zoo, a.pykt_src,
+                 only=a.models, peers_only=a.peer_models)  # fmt: skip
+    for name, cmd, limit in plan:
         left = int(a.budget - (time.perf_counter() - t_start))
         why = None
         if left < 5:

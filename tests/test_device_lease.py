@@ -10,16 +10,20 @@ import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# the stand-in python: logs its arguments; as the study, writes a checkpoint of $CKPT_BYTES bytes
+# (and a half-written .tmp one) and exits $STUDY_RC
 FAKE_PYTHON = """#!/bin/sh
 echo "$@" >> "$OUT/calls.txt"
-case "$1" in benchmarks/gpu_check.py) mkdir -p "$OUT/gpu_check_parts"; echo check ran;; esac
-exit 0
+case "$1" in
+benchmarks/gpu_check.py) mkdir -p "$OUT/gpu_check_parts"; echo check ran; exit 0;;
+esac
+head -c "$CKPT_BYTES" /dev/urandom > runs/checkpoints/toy/new_last.pt
+echo half > runs/checkpoints/toy/.new_best.pt.tmp
+exit "$STUDY_RC"
 """
 
 
-def _lease(
-    tmp_path: Path, *args: str, big: bool = False
-) -> tuple[subprocess.CompletedProcess, Path]:
+def _lease(tmp_path: Path, *args: str, ckpt_bytes: int = 1000, study_rc: int = 0):
     repo, out = tmp_path / "repo", tmp_path / "out"
     (repo / "benchmarks").mkdir(parents=True)
     shutil.copy(ROOT / "benchmarks" / "device_lease.sh", repo / "benchmarks")
@@ -27,12 +31,14 @@ def _lease(
     (repo / "results" / "toy.json").write_text('{"results": []}')
     ckpt = repo / "runs" / "checkpoints" / "toy"
     ckpt.mkdir(parents=True)
-    (ckpt / "run_last.pt").write_bytes(os.urandom(17_000_000 if big else 1000))
+    (ckpt / "old_last.pt").write_bytes(b"carried in, untouched by the study")
+    os.utime(ckpt / "old_last.pt", (0, 0))
     out.mkdir()
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
-    env = {**os.environ, "OUT": str(out), "DEVICE": "cpu", "PYTHON": str(fake)}
+    env = {**os.environ, "OUT": str(out), "DEVICE": "cpu", "PYTHON": str(fake),
+           "CKPT_BYTES": str(ckpt_bytes), "STUDY_RC": str(study_rc)}  # fmt: skip
     p = subprocess.run(
         ["bash", str(repo / "benchmarks" / "device_lease.sh"), *args],
         capture_output=True, text=True, env=env, timeout=60,
@@ -53,21 +59,30 @@ def test_the_lease_checks_then_runs_the_study_and_packs_what_comes_back(tmp_path
     assert not (out / "gpu_check_parts").exists()  # its rows live in gpu_check.json
     assert (out / "toy.json").read_text() == '{"results": []}'
     with tarfile.open(out / "checkpoints.tgz") as tar:
-        assert "runs/checkpoints/toy/run_last.pt" in tar.getnames()
+        # what the study wrote, not what was carried in (it would overwrite newer ones here)
+        # nor a save cut off half-way
+        assert tar.getnames() == ["runs/checkpoints/toy/new_last.pt"]
     assert "study toy: exit 0" in p.stdout
 
 
 def test_checkpoints_over_the_tools_file_limit_are_left_behind_and_said_so(tmp_path):
-    p, out = _lease(tmp_path, "0", "20", "toy", big=True)
+    p, out = _lease(tmp_path, "0", "20", "toy", ckpt_bytes=17_000_000)
     assert p.returncode == 0, p.stderr
     assert "gpu_check" not in (out / "calls.txt").read_text()  # CHECK_SECONDS 0: no check
     assert not (out / "checkpoints.tgz").exists()
     assert "over 16 MB packed, left behind" in p.stdout
 
 
-def test_too_few_arguments_print_the_usage(tmp_path):
-    p = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "device_lease.sh"), "30"],
-        capture_output=True, text=True, env={**os.environ, "OUT": str(tmp_path)},
-    )  # fmt: skip
-    assert p.returncode == 2 and "device_lease.sh CHECK_SECONDS STUDY_SECONDS STUDY" in p.stderr
+def test_a_stopped_study_still_comes_back_and_its_status_is_the_calls(tmp_path):
+    p, out = _lease(tmp_path, "0", "20", "toy", study_rc=124)
+    assert p.returncode == 124 and "study toy: exit 124" in p.stdout
+    assert (out / "toy.json").exists() and (out / "checkpoints.tgz").exists()
+
+
+def test_bad_arguments_print_the_usage(tmp_path):
+    script = str(ROOT / "benchmarks" / "device_lease.sh")
+    env = {**os.environ, "OUT": str(tmp_path)}
+    for args, says in ((["30"], ""), (["390.5", "140", "toy"], "whole numbers, got 390.5")):
+        p = subprocess.run(["bash", script, *args], capture_output=True, text=True, env=env)
+        assert p.returncode == 2 and says in p.stderr
+        assert "device_lease.sh CHECK_SECONDS STUDY_SECONDS STUDY" in p.stderr

@@ -144,7 +144,13 @@ def test_step_matches_a_plain_rewrite_in_training():
     concept's row give the plain rewrite's state, gradients and running statistics in training
     mode, where that row enters the batch statistics (dropout 0: no draws to match)."""
     torch.manual_seed(0)
-    model = build_model("gkt", preset="tiny", num_c=C, dropout=0.0, graph="dense")
+    model = build_model("gkt", preset="tiny", num_c=C, dropout=0.0)
+    # a sparse one-way graph (0 -> 1, 2 -> 0, 3 -> 4; 5 alone): f_out and f_in apart, and rows
+    # that are no neighbour still in the batch statistics
+    seqs = [[0, 1], [2, 0], [3, 4]]
+    model.prepare(KTDataset([StudentSeq(k, np.array(q), np.zeros(2, dtype=np.int64))
+                             for k, q in enumerate(seqs)], C))  # fmt: skip
+    assert not torch.equal(model.graph, model.graph.T)
     model.train()
     plain = copy.deepcopy(model)
     H = torch.randn(5, C, model.config.d)

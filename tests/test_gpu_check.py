@@ -64,8 +64,9 @@ def test_models_and_peer_models_narrow_steps_2_and_3():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gpu_check import steps
 
-    got = dict((s[0], s[1]) for s in steps("cuda", False, Path("d"), Path("t"), zoo=True,
-                                           only=["gkt", "kqn"], peers_only=["skvmn"]))  # fmt: skip
+    plan = steps("cuda", False, Path("d"), Path("t"), zoo=True, only=["gkt", "kqn"],
+                 peers_only=["skvmn"])  # fmt: skip
+    got = {name: argv for name, argv, _ in plan}
     for step in ("models", "models bf16"):
         i = got[step].index("--models")
         assert got[step][i + 1 : i + 3] == ["gkt", "kqn"] and got[step][i + 3].startswith("--")
