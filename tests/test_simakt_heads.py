@@ -1,0 +1,263 @@
+"""SimAKT's inter-student heads, metrics, sampling and temporal strategies: causal,
+self-excluding, against naive loops."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from kt_lib.audit import audit_causality, random_batch
+from kt_lib.memory import KNNBank
+from kt_lib.memory.banks import random_sample
+from kt_lib.memory.temporal import (
+    TEMPORAL_STRATEGIES,
+    build_strategy,
+    prefix_aligned_similarity,
+)
+from kt_lib.models.simakt import bank_rebuilder
+from tests.simakt_support import (
+    CLUSTER,
+    KNN,
+    NUM_C,
+    NUM_PID,
+    L,
+    batch_of,
+    encoded,
+    one_fold_batch,
+    simakt,
+    students,
+)
+
+# -- new heads, metrics, sampling and strategies: causal and self-excluding --------------------
+
+
+def one_head(head: dict, intra: int = 7, **memory) -> dict:
+    return {"intra_heads": intra, "memory": {"kmeans_n_init": 1, **memory}, "inter_heads": [head]}
+
+
+NEW = {
+    "hybrid": {
+        "intra_heads": 7,
+        "memory": {"kmeans_n_init": 1},
+        "inter_heads": [
+            {
+                "type": "hybrid",
+                "modules": [CLUSTER, KNN],
+                "weights": [0.5, -0.5],
+                "temporal_config": {"future_weight": 0.4},
+            }
+        ],
+    },
+    "knn_random": one_head({**KNN, "sampling": "random", "temporal_config": {"future_weight": 1}}),
+    "learned_metrics": {
+        "intra_heads": 6,
+        "memory": {"kmeans_n_init": 1},
+        "inter_heads": [
+            {**CLUSTER, "similarity_metric": "learned"},
+            {**KNN, "distance_metric": "learned"},
+        ],
+    },
+    "euclidean_dot": {
+        "intra_heads": 6,
+        "memory": {"kmeans_n_init": 1},
+        "inter_heads": [
+            {**CLUSTER, "similarity_metric": "euclidean"},
+            {**KNN, "distance_metric": "dot"},
+        ],
+    },
+    "prefix_aligned": {
+        "intra_heads": 6,
+        "memory": {"kmeans_n_init": 1},
+        "inter_heads": [
+            {**c, "temporal_config": {"strategy": "prefix_aligned"}} for c in (CLUSTER, KNN)
+        ],
+    },
+    "multiscale": {
+        "intra_heads": 6,
+        "memory": {"kmeans_n_init": 1, "encoder": "block2"},
+        "inter_heads": [
+            {**c, "temporal_config": {"strategy": "multiscale", "window_sizes": [2, 5]}}
+            for c in (CLUSTER, KNN)
+        ],
+    },
+    "completion": {
+        "intra_heads": 6,
+        "memory": {"kmeans_n_init": 1},
+        "inter_heads": [
+            {**c, "temporal_config": {"strategy": "completion", "future_weight": 0.5}}
+            for c in (CLUSTER, KNN)
+        ],
+    },
+    "graph_attention_position_weighted": {
+        "intra_heads": 6,
+        "memory": {"kmeans_n_init": 1},
+        "inter_heads": [
+            {"type": "graph", "temporal_config": {"decay_factor": 0.8, "future_weight": 0.3}},
+            {"type": "attention", "n_prototypes": 3, "temporal_config": {"decay_factor": 0.7}},
+        ],
+    },
+}
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+@pytest.mark.parametrize("name", list(NEW))
+def test_new_heads_and_strategies_are_causal(name, mode):
+    train = students()
+    model = simakt(NEW[name], train)
+    outsiders = random_batch(NUM_C, B=4, L=L, num_pid=NUM_PID, seed=5)
+    outsiders.uid = torch.arange(1000, 1004)
+    for batch in (batch_of(train, range(6)), outsiders):
+        result = audit_causality(model, batch, steps=[0, 4, 9, 15], mode=mode)
+        assert result, str(result)
+
+
+@pytest.mark.parametrize("name", list(NEW))
+def test_new_heads_and_strategies_are_self_excluding(name):
+    train = students()
+    model = simakt(NEW[name], train)
+    rebuild = bank_rebuilder(train)
+    for fold in range(model.folds.n_folds):
+        batch = one_fold_batch(model, train, fold=fold)
+        result = audit_causality(model, batch, steps=[1, 6, 12], trials=1, rebuild=rebuild)
+        assert result, str(result)
+
+
+def test_hybrid_mixes_its_modules_by_learnable_weights():
+    train = students()
+    model = simakt(NEW["hybrid"], train)
+    hybrid = model.inter.heads[0]
+    assert sorted(model.banks()) == ["hybrid.cluster", "hybrid.knn"]
+    assert [k for k, _ in model.inter.bank_slots()] == ["head0_0", "head0_1"]
+    batch = batch_of(train, range(4))
+    captured = []
+    for module in (*hybrid.parts, hybrid):  # heads are called through `attend`
+
+        def spy(query, ctx, attend=module.attend):
+            out, maps = attend(query, ctx)
+            captured.append(out.detach())
+            return out, maps
+
+        module.attend = spy
+    model.train()
+    out = model(batch)
+    w = torch.softmax(hybrid.mix.detach(), 0)
+    assert torch.allclose(w, torch.softmax(torch.tensor([0.5, -0.5]), 0))
+    assert torch.allclose(captured[2], w[0] * captured[0] + w[1] * captured[1], atol=1e-6)
+    model.loss(out, batch)["total"].backward()
+    assert hybrid.mix.grad is not None and hybrid.mix.grad.abs().sum() > 0
+
+
+def test_knn_random_sampling_is_seeded_and_differs_from_farthest_first():
+    enc = encoded()
+    a, b = random_sample(enc.encodings, 6, seed=3), random_sample(enc.encodings, 6, seed=3)
+    assert torch.equal(a, b) and a.unique().numel() == 6
+    rnd = KNNBank.build(enc, 6, seed=1, sampling="random")
+    ff = KNNBank.build(enc, 6, seed=1)
+    assert rnd.uids.tolist() != ff.uids.tolist()
+
+
+def test_learned_metric_starts_as_cosine():
+    model = simakt(NEW["learned_metrics"])
+    metric = model.inter.heads[0].metric
+    q, k = torch.randn(2, 5, 4), torch.randn(2, 3, 4)
+    from kt_lib.heads.inter import METRICS
+
+    assert sorted(METRICS) == ["cosine", "dot", "euclidean", "learned"]
+    cos = METRICS["cosine"](4)(q, k)
+    assert torch.allclose(type(metric)(4)(q, k), cos, atol=1e-6)
+
+
+def naive_prefix(cur, mem, valid):
+    B, Lc, _ = cur.shape
+    M, S, _ = mem.shape
+    out = torch.zeros(B, Lc, M, dtype=torch.float64)
+    for b in range(B):
+        for t in range(Lc):
+            c = cur[b, : t + 1].mean(0)
+            for m in range(M):
+                steps = [i for i in range(min(t + 1, S)) if valid[m, i]]
+                if steps:
+                    h = mem[m, steps].mean(0)
+                    out[b, t, m] = float(F.cosine_similarity(c, h, dim=0))
+    return out
+
+
+def naive_completion(cur, mem, valid, decay, fw, complete):
+    B, Lc, _ = cur.shape
+    M, S, _ = mem.shape
+    out = torch.zeros(B, Lc, M, dtype=torch.float64)
+    for b in range(B):
+        for t in range(Lc):
+            g = complete(cur[b, t])
+            for m in range(M):
+                num = den = 0.0
+                for i in range(S):
+                    if not valid[m, i]:
+                        continue
+                    if i <= t:
+                        w, s = decay ** (t - i), float(F.cosine_similarity(cur[b, i], mem[m, i], 0))
+                    else:
+                        w, s = (
+                            fw * decay ** (i - t - 1),
+                            float(F.cosine_similarity(g, mem[m, i], 0)),
+                        )
+                    num, den = num + w * s, den + w
+                out[b, t, m] = num / den if den > 0 else 0.0
+    return out
+
+
+@pytest.mark.parametrize("S", [9, 4])
+def test_prefix_and_completion_match_naive_loops(S):
+    g = torch.Generator().manual_seed(S)
+    cur, mem = torch.randn(2, 6, 5, generator=g), torch.randn(3, S, 5, generator=g)
+    valid = torch.rand(3, S, generator=g) > 0.2
+    valid[0] = False
+    fast = prefix_aligned_similarity(cur, mem, valid)
+    assert torch.allclose(fast.double(), naive_prefix(cur, mem, valid), atol=1e-5)
+
+    class Settings:
+        decay_factor, future_weight, window_sizes = 0.9, 0.6, [2]
+
+    torch.manual_seed(0)
+    completion = build_strategy("completion", 5, Settings())
+    with torch.no_grad():
+        fast = completion(cur, mem, valid)
+        slow = naive_completion(cur, mem, valid, 0.9, 0.6, completion.complete)
+    assert torch.allclose(fast.double(), slow, atol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", sorted(TEMPORAL_STRATEGIES))
+def test_every_strategy_ignores_the_current_future(strategy):
+    class Settings:
+        decay_factor, future_weight, window_sizes = 0.9, 0.5, [2, 3]
+
+    torch.manual_seed(0)
+    module = build_strategy(strategy, 6, Settings())
+    g = torch.Generator().manual_seed(1)
+    cur, mem = torch.randn(2, 8, 6, generator=g), torch.randn(3, 8, 6, generator=g)
+    with torch.no_grad():
+        base = module(cur, mem, None)
+        for t in (0, 3, 6):
+            pert = cur.clone()
+            pert[:, t + 1 :] = torch.randn(2, 7 - t, 6, generator=g)
+            assert torch.equal(module(pert, mem, None)[:, : t + 1], base[:, : t + 1]), t
+
+
+def test_graph_position_weighting_mixes_the_past_and_two_step_edges():
+    train = students()
+    model = simakt(NEW["graph_attention_position_weighted"], train)
+    graph = model.inter.heads[0]
+    batch = batch_of(train, range(2))
+    from kt_lib.heads.inter import HeadContext
+
+    fold = model._folds_for(batch)
+    ctx = HeadContext(None, None, None, batch.q, fold, batch.uid)
+    prior = graph.prior(ctx).exp()  # [B, L, C]
+    b, t = 0, 5
+    P = torch.softmax(graph.log_adj[fold[b]], -1)
+    w = torch.tensor([0.8 ** (t - i) for i in range(t + 1)])
+    past = (w[:, None] * P[batch.q[b, : t + 1]]).sum(0) / w.sum()
+    expected = (past + 0.3 * (P @ P)[batch.q[b, t]]) / 1.3
+    assert torch.allclose(prior[b, t], expected, atol=1e-5)
+    assert torch.allclose(prior.sum(-1), torch.ones(2, L), atol=1e-5)
