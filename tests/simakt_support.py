@@ -15,6 +15,21 @@ NUM_C, NUM_PID, L = 8, 24, 16
 DATA = Path(__file__).parent / "data"
 SEED_EXAMPLES = sorted((DATA / "seed000").glob("*.json"))
 SIZES = dict(d=32, n_heads=8, n_know=4, d_fc=32, max_len=L)
+PRESETS = [
+    "none",
+    "position_weighted_dual",
+    "strict_causal",
+    "full_collaborative",
+    "cluster_dominant",
+    "knn_dominant",
+    "adaptive_influence",
+    "cluster_only",
+    "knn_only",
+    "no_inter_student",
+    "minimal_modular",
+    "dual_modular",
+    "multi_similarity",
+]
 
 
 def dual(future_weight: float = 0.3, strategy: str = "position_weighted", **memory) -> dict:
@@ -83,3 +98,17 @@ def encoded(n: int = 30, d: int = 6) -> EncodedSet:
 
 CLUSTER = {"type": "cluster", "n_clusters": 4}
 KNN = {"type": "knn", "memory_size": 8, "k_neighbors": 3}
+
+OTHER_HEADS = {  # graph, cross-student prototypes and the custom DeepSet head (with a bank)
+    "intra_heads": 5,
+    "memory": {"kmeans_n_init": 1, "folds": 3},
+    "inter_heads": [
+        {"type": "graph", "graph_type": "transition"},
+        {"type": "attention", "n_prototypes": 3},
+        {
+            "type": "custom",
+            "module_path": "kt_lib.heads.inter.DeepSetSimilarity",
+            "params": {"set_size": 5, "invariant_layers": 2},
+        },
+    ],
+}

@@ -103,7 +103,7 @@ def test_a_batch_mixing_bank_folds_is_audited_one_fold_at_a_time(monkeypatch):
     rows on their own, and still catches a student reading its own log."""
     from kt_lib.audit import fold_parts
     from kt_lib.models.simakt import bank_rebuilder
-    from tests.test_simakt import batch_of, dual, simakt, students
+    from tests.simakt_support import batch_of, dual, simakt, students
 
     train = students()
     model = simakt(dual(1.0), train)

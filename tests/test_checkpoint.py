@@ -198,8 +198,9 @@ def test_a_checkpoint_naming_outside_code_is_refused_without_trust_code(tmp_path
     loads the custom one and gives the same predictions."""
     import sys
 
+    from kt_lib.audit import random_batch
     from kt_lib.checkpoint import load_model, save_model
-    from tests.test_simakt import OTHER_HEADS, random_batch, simakt, students
+    from tests.simakt_support import OTHER_HEADS, simakt, students
 
     train = students()
     model = simakt(OTHER_HEADS, train)
@@ -280,8 +281,9 @@ def test_a_checkpoint_reading_a_config_file_is_refused_without_trust_code(tmp_pa
 
     import yaml
 
+    from kt_lib.audit import random_batch
     from kt_lib.checkpoint import load_model, save_model
-    from tests.test_simakt import OTHER_HEADS, random_batch, simakt, students
+    from tests.simakt_support import OTHER_HEADS, simakt, students
 
     train = students()
     model = simakt(OTHER_HEADS, train)

@@ -1,133 +1,200 @@
-"""The GPCM layer, the ordinal losses and the ordinal metrics on hand-checked cases."""
+"""Seed 002's interface to the GPCM models (kt_lib.models.gpcm_interface): constructors, (questions,
+responses) calls, padding, errors, the factory."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
-from sklearn.metrics import roc_auc_score
 
-from kt_lib.heads.gpcm import (
-    GPCMHead,
-    emd_loss,
-    gpcm_logits,
-    ordered_thresholds,
-    parse_loss,
-    qwk_loss,
+from kt_lib.audit import audit_causality, random_batch
+from kt_lib.heads.ordinal import (
+    AttentionConfig,
 )
-from kt_lib.metrics import ordinal_confusion_matrix, ordinal_metrics, predict_category
+from kt_lib.models import build_model
+from kt_lib.models.gpcm_interface import (
+    AttentionGPCM,
+    ModularAttentionGPCM,
+    create_attention_gpcm,
+)
 
-K = 4
+
+def test_pipeline_integration():
+    """Seed 002's integration test as written: constructor keywords, model(questions, responses)."""
+    model = ModularAttentionGPCM(
+        n_questions=100,
+        n_responses=4,
+        attention_mechanisms=["ordinal_aware", "qwk_aligned"],
+        fusion_method="weighted",
+    )
+    questions = torch.randint(0, 100, (8, 20))
+    responses = torch.randint(0, 4, (8, 20))
+    output = model(questions, responses)
+    assert output.shape == (8, 20, 4)
+    assert not torch.isnan(output).any()
+    assert torch.allclose(output.sum(-1), torch.ones(8, 20), atol=1e-5)
+    c = model.config  # the seed's defaults: embed_dim 512, AttentionConfig(n_heads=8, dropout=0.1)
+    assert (c.num_c, c.K, c.d, c.n_heads, c.dropout, c.fusion) == (100, 4, 512, 8, 0.1, "weighted")
+    maps = model.get_attention_weights()
+    assert set(maps) == {"ordinal_aware/attention", "qwk_aligned/attention"}
+    assert all(w.shape == (8, 8, 20, 20) for w in maps.values())
 
 
-# --- GPCM layer and ordinal losses -------------------------------------------------------------
+@pytest.mark.parametrize(
+    "mechanisms, fusion",
+    [
+        (["ordinal_aware"], "mean"),
+        (["response_conditioned", "ordinal_pattern"], "concat"),
+        (["qwk_aligned", "hierarchical_ordinal"], "weighted"),
+        (["ordinal_aware", "ordinal_pattern"], "gated"),
+    ],
+)
+def test_mechanism_composition(mechanisms, fusion):
+    model = create_attention_gpcm(
+        n_questions=100, attention_type="modular", mechanisms=mechanisms, fusion_method=fusion
+    )
+    assert len(model.attention_pipeline.mechanisms) == len(mechanisms)
+    assert model.attention_pipeline.fusion_method == fusion
+    batch = random_batch(100, B=3, L=12, K=4)
+    assert audit_causality(model, batch, steps=[0, 1, 6, 11], trials=1)
 
 
-def test_gpcm_matches_the_formula_and_sums_to_one():
+def test_seed_constructor_positional_and_one_definition():
+    """Positional seed arguments; the seed and Batch interfaces give the same predictions."""
+    torch.manual_seed(0)
+    att = AttentionConfig(embed_dim=16, n_heads=2, n_cats=3)
+    model = ModularAttentionGPCM(30, 3, 16, att, ["ordinal_aware", "ordinal_pattern"], "gated")
+    assert model.registry_name == "modular_attention_gpcm"
+    assert (model.config.d, model.config.n_heads, model.config.K) == (16, 2, 3)
+    torch.manual_seed(0)
+    same = build_model("modular_attention_gpcm", model.config)
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.parameters(), same.parameters(), strict=True)
+    )
+    batch = random_batch(30, B=3, L=9, K=3)
+    model.eval()
+    probs = model(batch.q, batch.r, mask=batch.mask)
+    with torch.no_grad():
+        expected = model.probabilities(model(batch))
+    assert torch.allclose(probs[batch.mask], expected[batch.mask])
+    maps = model.get_attention_weights()  # the last forward's inputs (the Batch)
+    assert set(maps) == {"ordinal_aware/attention", "ordinal_pattern/attention"}
+    basic = AttentionGPCM(n_questions=30, n_responses=3, embed_dim=16, n_heads=2, n_layers=2)
+    assert basic.registry_name == "attention_gpcm" and basic.config.d == 16
+    assert basic(batch.q, batch.r, mask=batch.mask).shape == (3, 9, 3)
+    assert set(basic.get_attention_weights()) == {"refine0", "refine1", "read"}
+
+
+def test_seed_interface_padding():
+    """Padded steps (mask False) may hold any id; real steps never read them."""
+    torch.manual_seed(0)
+    model = ModularAttentionGPCM(20, 4, 16, n_heads=2, attention_mechanisms=["qwk_aligned"]).eval()
+    batch = random_batch(20, B=3, L=10, K=4)
+    q, r = batch.q.clone(), batch.r.clone()
+    q[~batch.mask], r[~batch.mask] = -1, 99
+    with torch.no_grad():
+        a = model(q, r, mask=batch.mask)
+        b = model(batch.q, batch.r, mask=batch.mask)
+    assert torch.equal(a[batch.mask], b[batch.mask])
+    maps = model.get_attention_weights(q, r, mask=batch.mask)
+    assert set(maps) == {"qwk_aligned/attention"}
+
+
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        (lambda q, r, m: (q.tolist(), r, m), TypeError, "questions must be a torch.Tensor"),
+        (lambda q, r, m: (q[0], r, m), ValueError, r"questions must be \[B, L\], got shape \(6,\)"),
+        (lambda q, r, m: (q, r.float(), m), ValueError, "responses must hold integer ids"),
+        (lambda q, r, m: (q, r.bool(), m), ValueError, "responses must hold integer ids"),
+        (lambda q, r, m: (q, r[:, :4], m), ValueError, r"responses \(2, 4\) and questions"),
+        (lambda q, r, m: (q + 20, r, m), ValueError, r"questions must lie in \[0, 19\]"),
+        (lambda q, r, m: (q, r - 4, m), ValueError, r"responses must lie in \[0, 3\].*mask="),
+        (lambda q, r, m: (q, r, m.long()), ValueError, "mask must be a bool tensor"),
+        (lambda q, r, m: (q, r, m[:, :2]), ValueError, "mask must be a bool tensor"),
+        (lambda q, r, m: (q[:, :0], r[:, :0], None), ValueError, "no steps"),
+        (lambda q, r, m: (q.repeat(1, 20), r.repeat(1, 20), None), ValueError, "> max_len 64"),
+    ],
+)
+def test_seed_interface_input_errors(change, error, message):
+    model = ModularAttentionGPCM(
+        20, 4, 16, n_heads=2, max_len=64, attention_mechanisms=["ordinal_aware"]
+    )
     g = torch.Generator().manual_seed(0)
-    theta, alpha = torch.randn(5, generator=g), torch.rand(5, generator=g) + 0.5
-    beta = torch.sort(torch.randn(5, 3, generator=g), dim=-1).values
-    prob = gpcm_logits(theta, alpha, beta).softmax(-1)
-    assert torch.allclose(prob.sum(-1), torch.ones(5))
-    for i in range(5):
-        z = [0.0]
-        for h in range(3):
-            z.append(z[-1] + float(alpha[i] * (theta[i] - beta[i, h])))
-        expected = np.exp(z) / np.exp(z).sum()
-        assert np.allclose(prob[i].numpy(), expected, atol=1e-6)
+    q, r = torch.randint(0, 20, (2, 6), generator=g), torch.randint(1, 4, (2, 6), generator=g)
+    questions, responses, mask = change(q, r, torch.ones(2, 6, dtype=torch.bool))
+    with pytest.raises(error, match=message):
+        model(questions, responses, mask=mask)
 
 
-def test_gpcm_with_two_categories_is_2pl():
-    theta, alpha, beta = torch.randn(7), torch.rand(7) + 0.2, torch.randn(7)
-    prob = gpcm_logits(theta, alpha, beta.unsqueeze(-1)).softmax(-1)
-    assert torch.allclose(prob[:, 1], torch.sigmoid(alpha * (theta - beta)), atol=1e-6)
+def test_seed_interface_argument_errors():
+    config = ModularAttentionGPCM(20, 4, 16, n_heads=2).config
+    with pytest.raises(TypeError, match="not both"):
+        ModularAttentionGPCM(config, fusion_method="mean")
+    with pytest.raises(TypeError, match="unexpected arguments"):
+        ModularAttentionGPCM(config, n_heads=4)
+    with pytest.raises(TypeError, match="needs a config or n_questions"):
+        ModularAttentionGPCM()
+    with pytest.raises(TypeError, match="n_questions given twice"):
+        ModularAttentionGPCM(20, n_questions=20)
+    with pytest.raises(ValueError, match="n_heads=2 disagrees with the model's n_heads=4"):
+        ModularAttentionGPCM(20, attention_config={"n_heads": 2}, n_heads=4)
+    with pytest.raises(ValueError, match="ModularAttentionGPCM: .*not divisible"):
+        ModularAttentionGPCM(20, embed_dim=20)
+    with pytest.raises(ValueError, match="unknown mechanism"):
+        ModularAttentionGPCM(20, attention_mechanisms=["ordinal_awar"])
+    with pytest.raises(TypeError, match="attention_config must be an AttentionConfig or a dict"):
+        ModularAttentionGPCM(20, attention_config=[("n_heads", 2)])
+    model = ModularAttentionGPCM(20, 4, 16, n_heads=2)
+    with pytest.raises(RuntimeError, match="no forward pass yet"):
+        model.get_attention_weights()
+    batch = random_batch(20, B=2, L=5, K=4)
+    with pytest.raises(TypeError, match="pass the Batch alone"):
+        model(batch, batch.r)
+    with pytest.raises(TypeError, match="seed 002's \\(questions, responses\\)"):
+        model(batch.q)
+    with pytest.raises(ValueError, match="get_attention_weights"):
+        model(batch.q, batch.r, return_attention=True)
 
 
-def test_gpcm_head_keeps_thresholds_ordered_and_alpha_positive():
-    head = GPCMHead(num_items=30, K=5)
-    for p in head.parameters():
-        torch.nn.init.normal_(p, std=3.0)
-    alpha, thresholds = head.item_parameters()
-    assert alpha.shape == (30,) and (alpha > 0).all()
-    assert thresholds.shape == (30, 4) and (thresholds.diff(dim=-1) > 0).all()
-    out = head(torch.randn(2, 6), torch.randint(0, 30, (2, 6)))
-    assert out.logits.shape == (2, 6, 5) and out.thresholds.shape == (2, 6, 4)
-    assert torch.allclose(
-        ordered_thresholds(torch.zeros(1, 1), torch.zeros(1, 0)), torch.zeros(1, 1)
+def test_factory_basic_and_errors():
+    basic = create_attention_gpcm(50, 3, attention_type="basic", embed_dim=16, n_heads=2)
+    assert basic.registry_name == "attention_gpcm" and basic.config.K == 3
+    with pytest.raises(ValueError, match="Unknown attention type"):
+        create_attention_gpcm(50, attention_type="fancy")
+    with pytest.raises(ValueError, match="apply to attention_type='modular'"):
+        create_attention_gpcm(50, attention_type="basic", mechanisms=["ordinal_aware"])
+    with pytest.raises(ValueError, match="unknown mechanism"):
+        create_attention_gpcm(50, mechanisms=["ordinal_awar"])
+    with pytest.raises(ValueError, match="disagrees with the model's embed_dim"):
+        create_attention_gpcm(50, embed_dim=16, attention_config={"embed_dim": 32})
+    model = create_attention_gpcm(
+        50, 4, attention_config=AttentionConfig(embed_dim=16, n_heads=2, n_cats=4)
     )
-    with pytest.raises(ValueError, match="K >= 2"):
-        GPCMHead(3, 1)
+    assert model.config.d == 16 and model.config.n_heads == 2
 
 
-def test_ordinal_losses_prefer_near_misses():
-    target = torch.tensor([3])
-    near, far = torch.tensor([[0.0, 0, 9, 0]]), torch.tensor([[9.0, 0, 0, 0]])
-    perfect = torch.tensor([[0.0, 0, 0, 30]])
-    assert emd_loss(near, target) < emd_loss(far, target)
-    assert emd_loss(perfect, target) < 1e-6
-    assert F.cross_entropy(near, target) == pytest.approx(float(F.cross_entropy(far, target)))
-    targets = torch.tensor([0, 1, 2, 3])
-    assert qwk_loss(torch.eye(4) * 30, targets) < 1e-6
-    assert qwk_loss(torch.eye(4)[[1, 2, 3, 2]] * 30, targets) < qwk_loss(
-        torch.eye(4)[[3, 3, 0, 0]] * 30, targets
-    )
-    assert parse_loss("ce+emd") == ["ce", "emd"]
-    with pytest.raises(ValueError, match="distinct"):
-        parse_loss("ce+ce")
-    with pytest.raises(KeyError, match="valid names"):
-        parse_loss("hinge")
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("learning_rate", -1, "must be a finite number > 0, got -1"),
+        ("learning_rate", "1e-3", r"must be a finite number > 0, got '1e-3' \(YAML reads"),
+        ("epochs", "many", "must be an integer >= 1, got 'many'"),
+        ("epochs", 2.5, "must be an integer >= 1"),
+        ("batch_size", 0, "must be an integer >= 1, got 0"),
+        ("batch_size", True, "must be an integer >= 1, got True"),
+        ("mixed_precision", "yes please", "must be true or false"),
+    ],
+)
+def test_seed_ordinal_yaml_training_section_is_checked(tmp_path, field, value, message):
+    import yaml
 
+    from kt_lib.models.gpcm_interface import load_seed_config
 
-# --- metrics on hand-checked cases -------------------------------------------------------------
-
-
-def test_ordinal_metrics_hand_checked():
-    y = np.array([0, 1, 2, 3, 3])
-    prob = np.eye(4)[[0, 1, 1, 0, 3]]  # errors 0, 0, 1, 3, 0
-    m = ordinal_metrics(y, prob)
-    # QWK by hand: observed sum (i-j)^2 / n = 10/5; expected from the marginals [1,1,1,2] x
-    # [2,2,0,1] is 80/25; 1 - 2/3.2 = 0.375
-    assert m["qwk"] == pytest.approx(0.375)
-    assert m["acc"] == pytest.approx(0.6)
-    assert m["adjacent_acc"] == pytest.approx(0.8)
-    assert m["mae"] == pytest.approx(0.8)
-    assert m["near_miss"] == pytest.approx(0.2)
-    assert m["large_error"] == pytest.approx(0.2)
-    assert [m[f"f1_{k}"] for k in range(4)] == pytest.approx([2 / 3, 2 / 3, 0, 2 / 3])
-    assert m["macro_f1"] == pytest.approx(0.5)
-    assert m["n"] == 5 and "auc" not in m
-    assert all(isinstance(v, (float, int)) for v in m.values())
-    cm = ordinal_confusion_matrix(y, prob)
-    expected = np.array([[1, 0, 0, 0], [0, 1, 0, 0], [0, 1, 0, 0], [1, 0, 0, 1]])
-    assert np.array_equal(cm, expected)
-
-
-def test_large_error_bound_and_prediction_rule():
-    y = np.array([0, 1, 2, 3, 3])
-    prob = np.eye(4)[[0, 1, 1, 1, 0]]  # errors 0, 0, 1, 2, 3
-    assert ordinal_metrics(y, prob)["large_error"] == pytest.approx(0.2)
-    assert ordinal_metrics(y, prob, large_error=1)["large_error"] == pytest.approx(0.4)
-    skewed = np.array([[0.4, 0.0, 0.0, 0.6], [0.1, 0.5, 0.0, 0.4]])  # E = 1.8, 1.7
-    assert predict_category(skewed).tolist() == [3, 1]
-    assert predict_category(skewed, "expectation").tolist() == [2, 2]
-    m = ordinal_metrics(np.array([2, 2]), skewed, prediction="expectation")
-    assert m["acc"] == 1.0 and m["mae"] == 0.0
-    with pytest.raises(ValueError, match="argmax' or 'expectation"):
-        predict_category(skewed, "median")
-    with pytest.raises(ValueError, match="large_error must be >= 1"):
-        ordinal_metrics(y, prob, large_error=0)
-    with pytest.raises(ValueError, match=r"prob must be \[n, K\]"):
-        ordinal_metrics(y, prob[:3])
-
-
-def test_ordinal_metrics_edge_cases_and_binary():
-    y = np.array([0, 1, 2, 1])
-    perfect = ordinal_metrics(y, np.eye(3)[y])
-    assert perfect["qwk"] == 1.0 and perfect["mae"] == 0.0 and perfect["large_error"] == 0.0
-    assert np.isnan(ordinal_metrics(np.zeros(3), np.eye(2)[[0, 0, 0]])["qwk"])
-    yb = np.array([0, 1, 1, 0, 1])
-    pb = np.array([[0.8, 0.2], [0.3, 0.7], [0.6, 0.4], [0.4, 0.6], [0.1, 0.9]])
-    mb = ordinal_metrics(yb, pb)
-    assert mb["auc"] == pytest.approx(roc_auc_score(yb, pb[:, 1]))
-    assert mb["acc"] == pytest.approx(0.6) and {"rmse", "logloss"} <= set(mb)
+    raw = {"model": {"n_questions": 10, "n_responses": 4}, "training": {field: value}}
+    path = tmp_path / "seed.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ValueError, match=rf"seed\.yaml: training\.{field} {message}"):
+        load_seed_config(path)
+    raw["training"] = {"learning_rate": 0.01, "batch_size": 8, "epochs": 3}
+    path.write_text(yaml.safe_dump(raw))
+    assert load_seed_config(path).train == {"lr": 0.01, "batch_size": 8, "epochs": 3}

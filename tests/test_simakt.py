@@ -17,6 +17,7 @@ from kt_lib.models.simakt import bank_rebuilder
 from tests.simakt_support import (
     NUM_C,
     NUM_PID,
+    OTHER_HEADS,
     SIZES,
     L,
     batch_of,
@@ -141,21 +142,6 @@ def test_causality_audit_with_banks(similarity):
     for batch in (batch_of(train, range(6)), outsiders):
         result = audit_causality(model, batch, steps=[0, 4, 9, 15])
         assert result, str(result)
-
-
-OTHER_HEADS = {  # graph, cross-student prototypes and the custom DeepSet head (with a bank)
-    "intra_heads": 5,
-    "memory": {"kmeans_n_init": 1, "folds": 3},
-    "inter_heads": [
-        {"type": "graph", "graph_type": "transition"},
-        {"type": "attention", "n_prototypes": 3},
-        {
-            "type": "custom",
-            "module_path": "kt_lib.heads.inter.DeepSetSimilarity",
-            "params": {"set_size": 5, "invariant_layers": 2},
-        },
-    ],
-}
 
 
 @pytest.mark.parametrize(

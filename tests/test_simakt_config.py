@@ -1,167 +1,329 @@
-"""SimAKT's typed configuration: presets build what they built before, parsed once, seed
-000's examples as written, Step 1 approaches."""
+"""SimAKT's similarity configuration (kt_lib.heads.simakt_config: schema, parse, loading):
+presets, seed files, Step 1 / Step 2 parsing, errors, settings."""
 
 from __future__ import annotations
 
-import json
 import warnings
 
 import pytest
-import torch
 
-from kt_lib.audit import audit_causality
-from kt_lib.checkpoint import load_model, save_model
-from kt_lib.data.synthetic import simulate
-from kt_lib.heads.simakt_config import load_simakt_configs
-from kt_lib.models import build_model
-from kt_lib.models.simakt import load_simakt_config
-from tests.simakt_support import (
-    DATA,
-    NUM_C,
-    SEED_EXAMPLES,
-    SIZES,
-    batch_of,
-    dual,
-    simakt,
-    students,
+from kt_lib.heads.simakt_config import (
+    MemoryConfig,
+    load_simakt_configs,
 )
-
-# -- the typed configuration: presets unchanged, parsed once, seed examples ---------------------
-
-REFERENCE = json.loads((DATA / "simakt_preset_reference.json").read_text())
-REF_INLINE = {  # the '@' cases of the reference file
-    "@tiny": None,  # TINY_SIMILARITY, filled in below
-    "@dual_content": dual(strategy="content"),
-    "@dual_block2": dual(0.5, encoder="block2"),
-}
+from kt_lib.models import build_model
+from kt_lib.models.simakt import list_simakt_presets, load_simakt_config
+from kt_lib.seed_warnings import SeedSettingWarning
+from tests.simakt_support import DATA, NUM_C, PRESETS, SIZES, dual
 
 
-@pytest.mark.parametrize("name", [k for k in REFERENCE if not k.startswith("_")])
-def test_presets_build_the_models_they_built_before(name):
-    """State dict keys/shapes and outputs (eval, and train mode for a fixed seed) as recorded
-    from the code before the typed configuration; then backward and the causality audit."""
-    from kt_lib.models.simakt import TINY_SIMILARITY
-
-    ref = REFERENCE[name]
-    train = simulate(ref["students"], 8, num_c=NUM_C, problems_per_c=3, seed=1).data
-    spec = {"preset": name}
-    if name.startswith("@"):
-        spec = {"similarity": REF_INLINE[name] or TINY_SIMILARITY}
+def test_shipped_presets():
+    assert sorted(PRESETS) == list_simakt_presets()
+    layouts = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        torch.manual_seed(0)
-        model = build_model("simakt", dataset=train, **spec, **{**SIZES, "max_len": 8})
-    model.prepare(train)
-    assert [[k, list(v.shape)] for k, v in model.state_dict().items()] == ref["state_dict"]
-    batch = batch_of(train, range(4), pad_to=8)
-    # banks come out of k-means / nearest neighbours on BLAS, whose rounding differs by CPU and
-    # grows through the bank: another CPU than the recording's moves logits by up to 6e-5
-    # (cluster_dominant, full_collaborative on an Intel Xeon); a changed model moves them far more
-    model.eval()
-    with torch.no_grad():
-        assert torch.allclose(model(batch).logits, torch.tensor(ref["eval_logits"]), atol=2e-4)
-    model.train()
-    torch.manual_seed(7)
-    out = model(batch)
-    assert torch.allclose(out.logits.detach(), torch.tensor(ref["train_logits"]), atol=2e-4)
-    model.loss(out, batch)["total"].backward()
-    model.eval()
-    assert audit_causality(model, batch, steps=[0, 3, 7])
-
-
-def test_similarity_is_parsed_once(monkeypatch):
-    import kt_lib.heads.simakt_config as sc
-
-    calls = []
-    original = sc.parse_similarity
-    monkeypatch.setattr(
-        sc, "parse_similarity", lambda *a, **k: calls.append(1) or original(*a, **k)
+        for name in PRESETS:
+            sim = load_simakt_config(name)
+            layouts[name] = (sim.n_intra(8), [(h.type, h.influence_weight) for h in sim.heads])
+    assert layouts["none"] == (8, [])
+    assert layouts["position_weighted_dual"] == (6, [("cluster", 1.0), ("knn", 1.0)])
+    assert layouts["cluster_only"] == (6, [("cluster", 1.0), ("knn", 0.0)])
+    assert layouts["minimal_modular"] == (7, [("cluster", 1.0)])
+    assert [t for t, _ in layouts["multi_similarity"][1]] == [
+        "cluster",
+        "graph",
+        "attention",
+        "custom",
+    ]
+    strict = load_simakt_config("strict_causal").heads[0]
+    assert (strict.strategy, strict.future_weight, strict.decay_factor) == (
+        "position_weighted",
+        0.0,
+        0.95,
     )
-    build_model("simakt", num_c=NUM_C, similarity="position_weighted_dual", **SIZES)
-    assert len(calls) == 1
+    full = load_simakt_config("full_collaborative")
+    assert full.heads[1].params.memory_size == 300 and full.heads[0].decay_factor == 0.98
 
 
-def test_config_object_in_the_model_config_round_trips(tmp_path):
-    sim = load_simakt_config("dual_modular").with_settings(
-        n_clusters=4, memory_size=8, k_neighbors=3
-    )
-    model = simakt(sim, students())
-    assert model.similarity is not None and isinstance(model.config.similarity, dict)
-    assert load_simakt_config(model.config.similarity).to_mapping() == sim.to_mapping()
-    save_model(tmp_path / "m", model)  # the config is plain JSON
-    loaded, _, _ = load_model(tmp_path / "m")
-    batch = batch_of(students(), range(3))
-    with torch.no_grad():
-        assert torch.equal(loaded.eval()(batch).logits, model(batch).logits)
-
-
-@pytest.mark.parametrize("path", SEED_EXAMPLES, ids=lambda p: p.stem)
-def test_seed_examples_load_as_written(path):
-    """Every configuration block of seed 000 loads, builds an 8-head model, round-trips through
-    its mapping, and (banks shrunk) prepares, runs and passes the causality audit."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        configs = load_simakt_configs(path)
-    train = students(n=40)
-    for name, sim in configs.items():
-        assert load_simakt_config(sim.to_mapping(), warn=False).to_mapping() == sim.to_mapping()
-        custom = any(h.type == "custom" for h in sim.heads)  # set_size: DeepSet's field
-        small = sim.shrink(  # one size list for every layout: off heads keep theirs
-            n_clusters=3,
-            memory_size=6,
-            k_neighbors=2,
-            kmeans_n_init=1,
-            set_size=4 if custom else None,
-        )
-        model = simakt(small, train)
-        assert model.n_intra + len(sim.heads) == 8, name
-        batch = batch_of(train, range(3))
-        assert torch.isfinite(model(batch).logits).all(), name
-        assert audit_causality(model, batch, steps=[2, 9], trials=1), name
+def test_head_count_mismatch_and_intra():
+    with pytest.raises(
+        ValueError,
+        match=r"head-count mismatch: 6 intra \+ 2 inter heads != "
+        r"n_heads=4",
+    ):
+        build_model("simakt", num_c=5, similarity="dual_modular", d=32, n_heads=4)
+    with pytest.raises(ValueError, match="total_heads=9"):
+        load_simakt_config({**dual(), "total_heads": 9})
+    with pytest.raises(ValueError, match="at least one intra-student head"):
+        load_simakt_config({**dual(), "intra_heads": 0}).n_intra(2)
+    with pytest.raises(ValueError, match="inter_heads must be 2"):
+        load_simakt_config({"approach": "position_weighted_dual", "inter_heads": 3})
 
 
 @pytest.mark.parametrize(
-    "approach, n, types",
+    "head, message",
     [
-        ("cluster", None, ["cluster"]),
-        ("cluster", 3, ["cluster", "cluster", "cluster"]),
-        ("knn", 2, ["knn", "knn"]),
-        ("hybrid", 1, ["hybrid"]),
-        ("hybrid", 2, ["hybrid", "hybrid"]),
-        ("position_weighted_dual", 2, ["cluster", "knn"]),
-        ("none", 0, []),
-        ("cluster", 0, []),
+        (
+            {"type": "clusterz"},
+            "unknown inter-student head type 'clusterz'; valid types: attention, "
+            "cluster, custom, graph, hybrid, knn",
+        ),
+        ({"type": "cluster", "influence_weight": -0.5}, "influence_weight must be >= 0"),
+        (
+            {"type": "knn", "temporal_config": {"future_weight": 1.5}},
+            r"future_weight must be in \[0, 1\], got 1.5",
+        ),
+        ({"type": "knn", "temporal_config": {"future_weight": -0.1}}, "future_weight must be in"),
+        (
+            {"type": "knn", "memory_size": 10, "k_neighbors": 20},
+            r"k_neighbors=20 is larger than the bank \(memory_size=10\)",
+        ),
+        ({"type": "cluster", "n_cluster": 3}, r"unknown field\(s\) \['n_cluster'\]"),
+        (
+            {"type": "graph", "temporal_config": {"strategy": "multiscale"}},
+            "head type 'graph' does not support the multiscale strategy",
+        ),
+        (
+            {
+                "type": "custom",
+                "module_path": "kt_lib.heads.inter.DeepSetSimilarity",
+                "temporal_config": {"future_weight": 0.2},
+            },
+            "does not support the position_weighted strategy",
+        ),
+        (
+            {"type": "attention", "temporal_config": {"future_weight": 0.2}},
+            "future_weight must be 0 for an attention head",
+        ),
+        (
+            {"type": "knn", "temporal_config": {"strategy": "completion", "future_weight": 0.0}},
+            "completion weighs the predicted future by future_weight: it must be > 0",
+        ),
+        (
+            {"type": "knn", "temporal_config": {"strategy": "multiscale", "window_sizes": []}},
+            "window_sizes must be a non-empty list",
+        ),
+        ({"type": "knn", "sampling": "lottery"}, "sampling must be one of farthest_first, random"),
+        ({"type": "cluster", "similarity_metric": "manhattan"}, "similarity_metric must be one of"),
+        ({"type": "hybrid"}, "a hybrid head needs 'modules'"),
+        (
+            {"type": "hybrid", "modules": [{"type": "knn", "influence_weight": 2.0}]},
+            "influence_weight belongs to the hybrid head",
+        ),
+        (
+            {"type": "hybrid", "modules": [{"type": "cluster"}], "weights": [1.0, 2.0]},
+            r"weights must be 1 numbers",
+        ),
+        ({"type": "knn", "temporal_config": {"strategy": "magic"}}, "unknown similarity strategy"),
+        ({"type": "custom"}, "a custom head needs module_path"),
+        ({"type": "custom", "module_path": "no_such_pkg.Head"}, "cannot import 'no_such_pkg'"),
+        ({"type": "custom", "module_path": "torch.nn.Linear"}, "is not a subclass of"),
+        (
+            {"type": "custom", "module_path": "kt_lib.heads.inter.BaseSimilarityHead"},
+            "is not a subclass of",
+        ),
+        ({"type": "custom", "module_path": "kt_lib.heads.inter.Nope"}, "has no 'Nope'"),
+        ({"influence_weight": 1.0}, "needs a 'type'"),
     ],
 )
-def test_step1_approaches_and_inter_heads(approach, n, types):
-    raw = {"approach": approach, "temporal_config": {"future_weight": 0.2}}
-    if approach != "none":
-        raw.update(
-            cluster_config={"n_clusters": 3}, knn_config={"memory_size": 6, "k_neighbors": 2}
+def test_head_config_errors(head, message):
+    with pytest.raises(ValueError, match=message):
+        load_simakt_config({"intra_heads": 7, "inter_heads": [head]})
+
+
+def test_config_errors_name_the_source(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("intra_heads: 7\ninter_heads:\n  - type: cluster\n    influence_weight: -1\n")
+    with pytest.raises(ValueError, match=r"mine.yaml: inter_heads\[0\]: influence_weight"):
+        load_simakt_config(path)
+    with pytest.raises(ValueError, match="unknown SimAKT preset or config file 'nope'"):
+        load_simakt_config("nope")
+    with pytest.raises(ValueError, match="unknown approach 'triple'"):
+        load_simakt_config({"approach": "triple"})
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['colour'\]"):
+        load_simakt_config({"approach": "none", "colour": "red"})
+    with pytest.raises(ValueError, match="unknown encoder 'lstm'"):
+        load_simakt_config({**dual(), "memory": {"encoder": "lstm"}})
+    with pytest.raises(ValueError, match="folds must be >= 2"):
+        load_simakt_config({**dual(), "memory": {"folds": 1}})
+    path.write_text("intra_heads: 7\ninter_heads:\n  - type: cluster\n    n_clusters: 3\n")
+    assert build_model("simakt", num_c=5, similarity=str(path), **SIZES).n_intra == 7
+
+
+def test_warning_when_every_inter_head_is_off():
+    with pytest.warns(UserWarning, match="every inter-student head has influence_weight 0"):
+        load_simakt_config("no_inter_student")
+    with pytest.warns(UserWarning, match="influence_weight 0"):
+        build_model("simakt", num_c=5, similarity="no_inter_student", **SIZES)
+
+
+def test_seed_examples_match_the_shipped_presets():
+    """The seed's multi-preset files parse to exactly the shipped presets of the same name."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for file in ("similarity_approaches.json", "step_2_configurations.json"):
+            for name, sim in load_simakt_configs(DATA / "seed000" / file).items():
+                if name in list_simakt_presets():
+                    mine = load_simakt_config(name).to_mapping()
+                    theirs = sim.to_mapping()
+                    mine.pop("description"), theirs.pop("description")
+                    assert mine == theirs, name
+
+
+def test_seed_layouts_and_collections():
+    seed = DATA / "seed000"
+    step2 = load_simakt_config(seed / "step_2_modular_config.json")
+    assert [(h.name, h.temporal.strategy, h.temporal.future_weight) for h in step2.heads] == [
+        ("cluster", "position_weighted", 0.3),
+        ("knn", "position_weighted", 0.3),
+        ("graph", "position_weighted", 0.2),  # temporal_config on a graph head
+        ("custom", "content", 0.3),  # the seed's default, unread under content
+    ]
+    assert step2.heads[3].module_path == "kt_lib.heads.inter.DeepSetSimilarity"
+    with pytest.warns(SeedSettingWarning, match="update_frequency=10 has no effect"):
+        dual_cfg = load_simakt_config(seed / "dual_similarity_config.json")
+    assert dual_cfg.heads[1].params.temperature == 0.1  # initial_temperature
+    assert dual_cfg.memory.update_frequency == 0  # heuristic encoder: the seed's 10 is ignored
+    strict = load_simakt_config(f"{seed / 'similarity_approaches.json'}:strict_causal")
+    assert strict.heads[0].temporal.future_weight == 0.0
+    assert strict.source.endswith("similarity_approaches.strict_causal")
+    with pytest.raises(ValueError, match="holds several similarity configs"):
+        load_simakt_config(seed / "similarity_approaches.json")
+    with pytest.raises(ValueError, match="no similarity config named 'nope'; it holds none, "):
+        load_simakt_config(seed / "similarity_approaches.json", name="nope")
+    model = build_model(
+        "simakt", num_c=NUM_C, similarity=f"{seed / 'influence_example3_ablation.json'}:knn_only"
+    )
+    assert model.inter.weights == [0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    "raw, message",
+    [
+        ({"approach": "cluster", "inter_heads": 4}, "inter_heads must be in 0-3, got 4"),
+        ({"approach": "knn", "inter_heads": "two"}, "inter_heads must be an integer 0-3"),
+        ({"approach": "none", "inter_heads": 1}, "approach none builds no inter head"),
+        ({"approach": "cluster", "knn_config": {}}, r"does not use \['knn_config'\]"),
+        (
+            {"approach": "hybrid", "cluster_config": {"influence_weight": 2}},
+            "influence_weight belongs to the hybrid head",
+        ),
+        ({"large_dataset": {"cluster_config": {"n_clusters": 3}}}, "may set influence_weight only"),
+        ({"lr_scaling": "sqrt"}, "lr_scaling must be one of none, inverse_influence"),
+        (
+            {
+                "intra_heads": 7,
+                "inter_heads": [{"type": "knn"}],
+                "influence_rule": {"large": {"x": 1}},
+            },
+            r"influence rule \(large\): 'x' names no head",
+        ),
+    ],
+)
+def test_step1_and_rule_errors(raw, message):
+    with pytest.raises(ValueError, match=message):
+        load_simakt_config(raw)
+
+
+def test_with_settings_changes_typed_fields_once():
+    sim = load_simakt_config("multi_similarity")
+    small = sim.with_settings(n_clusters=3, set_size=5, graph_weight=0.5, kmeans_n_init=2)
+    assert small.heads[0].params.n_clusters == 3 and small.heads[3].params.set_size == 5
+    assert small.heads[1].influence_weight == 0.5 and small.memory.kmeans_n_init == 2
+    assert sim.heads[0].params.n_clusters == 80  # the original is untouched
+    pw = load_simakt_config("dual_modular").with_settings(future_weight=1.0, decay_factor=0.5)
+    assert all(h.temporal.future_weight == 1.0 and h.decay_factor == 0.5 for h in pw.heads)
+    with pytest.raises(ValueError, match="future_weight=1.0 has no effect: no head"):
+        load_simakt_config("multi_similarity").with_settings(future_weight=1.0)  # content heads
+    with pytest.raises(ValueError, match=r"k_neighbors=400 is larger than the bank"):
+        load_simakt_config("dual_modular").with_settings(k_neighbors=400)
+    with pytest.raises(ValueError, match=r"future_weight must be in \[0, 1\]"):
+        load_simakt_config("dual_modular").with_settings(future_weight=2.0)
+    with pytest.raises(ValueError, match=r"unknown SimAKT setting\(s\) \['clusters'\]"):
+        load_simakt_config("dual_modular").with_settings(clusters=3)
+    assert MemoryConfig().kmeans_n_init == 10 and MemoryConfig().min_length == 5  # the seed's
+
+
+def test_base_form_is_a_preset_with_settings():
+    """{base: preset, setting: value} is the preset through with_settings, in a model config
+    too (it stays a plain mapping, so checkpoints keep it), and its errors name the setting."""
+    spec = {"base": "cluster_only", "n_clusters": 30, "cluster_weight": 0.5}
+    assert load_simakt_config(spec) == load_simakt_config("cluster_only").with_settings(
+        n_clusters=30, cluster_weight=0.5
+    )
+    model = build_model("simakt", preset="tiny", num_c=4, similarity=spec)
+    assert model.config.similarity == spec
+    assert model.config.similarity_config().heads[0].params.n_clusters == 30
+    with pytest.raises(ValueError, match=r"unknown SimAKT setting\(s\) \['clusters'\]"):
+        load_simakt_config({"base": "cluster_only", "clusters": 3})
+    with pytest.raises(ValueError, match="base must name a SimAKT preset"):
+        load_simakt_config({"base": 3})
+
+
+# -- seed 000 to the letter: Step 1 strategy and temporal defaults (issue 32) ---------------------
+
+
+def _heads(sim) -> list[dict]:
+    return [h.to_mapping() for h in sim.heads]
+
+
+def test_step1_without_temporal_config_is_position_weighted_as_the_seed_selects():
+    seed = DATA / "seed000"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        examples = {
+            **load_simakt_configs(seed / "influence_example1_cluster_dominant.json"),
+            **load_simakt_configs(seed / "influence_example2_knn_dominant.json"),
+            **load_simakt_configs(seed / "influence_example3_ablation.json"),
+            **load_simakt_configs(seed / "configuration_compatibility.json"),
+            "dual_similarity": load_simakt_config(seed / "dual_similarity_config.json"),
+        }
+    step1 = {k: v for k, v in examples.items() if k != "step_2_modular"}
+    assert len(step1) == 7
+    for name, sim in step1.items():
+        got = [(h.type, h.strategy, h.decay_factor, h.future_weight) for h in sim.heads]
+        assert got == [
+            ("cluster", "position_weighted", 0.95, 0.3),
+            ("knn", "position_weighted", 0.95, 0.3),
+        ], name
+    # a Step 2 head without temporal_config keeps content scoring (documented in docs/models.md)
+    assert {h.strategy for h in examples["step_2_modular"].heads} == {"content"}
+    # content stays one setting away in Step 1
+    sections = {"cluster_config": {}, "knn_config": {}}
+    content = load_simakt_config({**sections, "temporal_config": {"strategy": "content"}})
+    assert {h.strategy for h in content.heads} == {"content"}
+
+
+def test_the_seeds_cluster_only_example_is_the_shipped_cluster_only_preset():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        seed = load_simakt_config(
+            DATA / "seed000" / "influence_example3_ablation.json", "cluster_only"
         )
-    if approach in ("cluster", "knn"):
-        raw.pop("knn_config" if approach == "cluster" else "cluster_config")
-    if n is not None:
-        raw["inter_heads"] = n
-    sim = load_simakt_config(raw)
-    assert [h.type for h in sim.heads] == types
-    assert sim.n_intra(8) == 8 - len(types)
-    if approach == "hybrid":
-        parts = sim.heads[-1].params.modules
-        assert [p.name for p in parts] == [
-            f"{sim.heads[-1].name}.cluster",
-            f"{sim.heads[-1].name}.knn",
-        ]
-        assert all(p.temporal.future_weight == 0.2 for p in parts)  # inherited
-    if not types:  # inter_heads 0: DTransformer's parameters exactly
-        torch.manual_seed(0)
-        dt = build_model("dtransformer", num_c=NUM_C, **SIZES)
-        torch.manual_seed(0)
-        model = build_model("simakt", num_c=NUM_C, similarity=raw, **SIZES)
-        assert all(
-            torch.equal(a, b)
-            for a, b in zip(dt.state_dict().values(), model.state_dict().values(), strict=True)
-        )
-    else:
-        model = simakt(raw, students())
-        assert torch.isfinite(model(batch_of(students(), range(2))).logits).all()
+        shipped = load_simakt_config("cluster_only")
+    assert _heads(seed) == _heads(shipped)
+    assert seed.n_intra(8) == shipped.n_intra(8) == 6
+    assert [h.temporal.strategy for h in shipped.heads] == ["position_weighted"] * 2
+
+
+def test_omitted_future_weight_is_the_seeds_0_3_and_no_similarity_is_approach_none():
+    from kt_lib.heads.simakt_config.schema import TemporalConfig
+    from kt_lib.models.simakt import SimAKTConfig
+
+    assert TemporalConfig().future_weight == 0.3 and TemporalConfig().decay_factor == 0.95
+    for temporal in ({"decay_factor": 0.9}, {"strategy": "position_weighted"}):
+        head = load_simakt_config({"inter_heads": [{"type": "knn", "temporal_config": temporal}]})
+        assert head.heads[0].future_weight == 0.3, temporal
+    step1 = load_simakt_config({"cluster_config": {}, "knn_config": {}})
+    assert [h.future_weight for h in step1.heads] == [0.3, 0.3]
+    # an attention head has no later steps: its omitted future_weight is 0, not refused
+    proto = {"type": "attention", "temporal_config": {"strategy": "position_weighted"}}
+    assert load_simakt_config({"inter_heads": [proto]}).heads[0].future_weight == 0.0
+    # no similarity config: the seed's {approach: none}, DTransformer's 8 intra heads
+    for spec in (None, {}, {"approach": "none"}):
+        sim = load_simakt_config(spec)
+        assert (sim.approach, sim.heads, sim.n_intra(8)) == ("none", [], 8), spec
+    model = build_model("simakt", similarity=None, num_c=NUM_C, **SIZES)
+    assert model.inter is None
+    # the registry's default is a SimAKT, not DTransformer: a documented deviation
+    assert SimAKTConfig().similarity == "position_weighted_dual"

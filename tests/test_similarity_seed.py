@@ -9,7 +9,7 @@ from torch import nn
 from kt_lib.audit import audit_causality
 from kt_lib.heads.simakt_config import load_simakt_config, refuse_untrusted_config
 from kt_lib.models.simakt import bank_rebuilder
-from tests.test_simakt import batch_of, one_fold_batch, simakt, students
+from tests.simakt_support import batch_of, one_fold_batch, simakt, students
 
 
 class SeedStyleMemory(nn.Module):
