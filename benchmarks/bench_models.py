@@ -68,13 +68,18 @@ def setting(device: str, prec: str, backend: str | None, b: int, n: int) -> dict
     return out
 
 
-def cpu_model() -> str | None:
-    """The CPU's model name (/proc/cpuinfo, Linux), or None: CPU timings differ by machine."""
+def cpuinfo(key: str) -> str | None:
+    """The first `key` field of /proc/cpuinfo (Linux), or None where there is none."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
         return None
-    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith("model name")), None)
+    return next((ln.split(":", 1)[1].strip() for ln in lines if ln.startswith(key)), None)
+
+
+def cpu_model() -> str | None:
+    """The CPU's model name, or None: CPU timings differ by machine."""
+    return cpuinfo("model name")
 
 
 def parse_sets(overrides: list[str] | None) -> dict:

@@ -18,34 +18,19 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 import torch
-from bench_models import B, L, build_ours, cpu_model, on_device
-from timing import model_step_and_inference, sync
+from bench_models import B, L, build_ours, cpu_model, cpuinfo, on_device
+from timing import model_step_and_inference, seconds
 
 PRECISIONS = ("fp32", "bf16")
 
 
 def cpu_bf16_flags() -> list[str]:
     """The CPU's bf16 instruction flags (Linux /proc/cpuinfo), [] if none or unknown."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    flags = next(
-        (ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []
-    )
+    flags = (cpuinfo("flags") or "").split()
     return sorted(f for f in flags if f in ("avx512_bf16", "amx_bf16", "amx_tile"))
-
-
-def timed(fn, device: str) -> float:
-    sync(device)
-    t0 = time.perf_counter()
-    fn()
-    sync(device)
-    return time.perf_counter() - t0
 
 
 def bench_model(name: str, device: str, repeats: int, b: int, n: int) -> dict:
@@ -57,7 +42,7 @@ def bench_model(name: str, device: str, repeats: int, b: int, n: int) -> dict:
     for round_ in range(repeats + 1):
         for prec in PRECISIONS if round_ % 2 else PRECISIONS[::-1]:  # each goes first in turn
             with on_device(device, prec, None):
-                t_step, t_infer = timed(step, device), timed(infer, device)
+                t_step, t_infer = seconds(step, device), seconds(infer, device)
             if round_:  # round 0 warms both up
                 times[prec]["train"].append(t_step)
                 times[prec]["infer"].append(t_infer)

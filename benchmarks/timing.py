@@ -19,18 +19,20 @@ def sync(device) -> None:
         torch.cuda.synchronize(device)
 
 
-def median_seconds(fn, repeats: int, device: str = "cpu") -> float:
-    """Median wall-clock seconds of `fn()` over `repeats` calls after one warm-up call. On CUDA
-    the device is synchronised before the clock starts and before it stops."""
+def seconds(fn, device: str = "cpu") -> float:
+    """Wall-clock seconds of one `fn()`; on CUDA the device is synchronised before the clock
+    starts and before it stops."""
+    sync(device)
+    t0 = time.perf_counter()
     fn()
-    times = []
-    for _ in range(repeats):
-        sync(device)
-        t0 = time.perf_counter()
-        fn()
-        sync(device)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    sync(device)
+    return time.perf_counter() - t0
+
+
+def median_seconds(fn, repeats: int, device: str = "cpu") -> float:
+    """Median `seconds` of `fn()` over `repeats` calls after one warm-up call."""
+    fn()
+    return statistics.median(seconds(fn, device) for _ in range(repeats))
 
 
 def model_step_and_inference(model, batch):
