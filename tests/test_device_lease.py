@@ -65,12 +65,25 @@ def test_the_lease_checks_then_runs_the_study_and_packs_what_comes_back(tmp_path
     assert "study toy: exit 0" in p.stdout
 
 
-def test_checkpoints_over_the_tools_file_limit_are_left_behind_and_said_so(tmp_path):
+def test_checkpoints_over_the_tools_file_limit_come_back_in_parts(tmp_path):
     p, out = _lease(tmp_path, "0", "20", "toy", ckpt_bytes=17_000_000)
     assert p.returncode == 0, p.stderr
     assert "gpu_check" not in (out / "calls.txt").read_text()  # CHECK_SECONDS 0: no check
-    assert not (out / "checkpoints.tgz").exists()
-    assert "over 16 MB packed, left behind" in p.stdout
+    parts = sorted(out.glob("checkpoints.tgz.*"))
+    assert [q.name for q in parts] == ["checkpoints.tgz.0", "checkpoints.tgz.1"]
+    assert all(q.stat().st_size <= 15_000_000 for q in parts)
+    joined = tmp_path / "joined.tgz"
+    joined.write_bytes(b"".join(q.read_bytes() for q in parts))
+    with tarfile.open(joined) as tar:
+        member = tar.getmember("runs/checkpoints/toy/new_last.pt")
+        assert member.size == 17_000_000
+
+
+def test_checkpoints_over_three_parts_are_left_behind_and_said_so(tmp_path):
+    p, out = _lease(tmp_path, "0", "20", "toy", ckpt_bytes=46_000_000)
+    assert p.returncode == 0, p.stderr
+    assert not list(out.glob("checkpoints.tgz*"))
+    assert "over 45 MB packed, left behind" in p.stdout
 
 
 def test_a_stopped_study_still_comes_back_and_its_status_is_the_calls(tmp_path):
