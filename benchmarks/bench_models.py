@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 
 import torch
-from timing import is_cuda, measure, median_seconds, model_step_and_inference
+from timing import is_cuda, measure, median_seconds, model_step_and_inference, seconds
 
 B, L, NUM_C = 64, 200, 100
 NUM_PID = 10 * NUM_C  # problem ids of the batch for a model that needs them (`needs` holds "pid")
@@ -118,13 +118,31 @@ def build_ours(
 
 
 def time_ours(
-    name: str, repeats: int, device: str, sets: dict | None, b: int, n: int, num_pid: int = 0
+    name: str,
+    repeats: int,
+    device: str,
+    sets: dict | None,
+    b: int,
+    n: int,
+    num_pid: int = 0,
+    compile_backend: str | None = None,
 ):
     """(model, batch, timings) of one of our models' training step and inference pass (inside
-    `on_device`)."""
+    `on_device`). With `compile_backend` the steps run `torch.compile(model, backend=...)`; the
+    timings then add the first compiled step and inference (compilation included) and how far
+    the compiled eval logits are from the eager ones."""
     model, batch = build_ours(name, device, sets, b, n, num_pid)
-    step, infer = model_step_and_inference(model, batch)
-    return model, batch, measure(step, infer, repeats, device)
+    if compile_backend is None:
+        step, infer = model_step_and_inference(model, batch)
+        return model, batch, measure(step, infer, repeats, device)
+    compiled = torch.compile(model, backend=compile_backend)
+    step, infer = model_step_and_inference(model, batch, forward=compiled)
+    first = {"first_step_s": seconds(step, device), "first_inference_s": seconds(infer, device)}
+    model.eval()
+    with torch.no_grad():
+        diff = (compiled(batch).logits - model(batch).logits).abs().max().item()
+    m = measure(step, infer, repeats, device)
+    return model, batch, {**m, **first, "compiled": compile_backend, "compiled_max_abs_diff": diff}
 
 
 def bench_one(
@@ -136,13 +154,14 @@ def bench_one(
     backend: str | None = None,
     b: int = B,
     n: int = L,
+    compile_backend: str | None = None,
 ) -> dict:
     from kt_lib.models import MODELS
 
     sets = parse_sets(overrides)
     num_pid = NUM_PID if "pid" in MODELS[name].needs else 0
     with on_device(device, precision, backend) as prec:
-        model, batch, m = time_ours(name, repeats, device, sets, b, n, num_pid)
+        model, batch, m = time_ours(name, repeats, device, sets, b, n, num_pid, compile_backend)
     res = {
         "model": name + "".join(f" {k}={v}" for k, v in sets.items()),
         "params": sum(p.numel() for p in model.parameters()),
@@ -230,6 +249,8 @@ def device_argv(a: argparse.Namespace) -> list[str]:
     """The shared flags again, for the per-model subprocess."""
     argv = ["--device", a.device, "--repeats", str(a.repeats)]
     argv += ["--batch", str(a.batch), "--len", str(a.len)]
+    if getattr(a, "compile", None):
+        argv += ["--compile", a.compile]
     if a.precision:
         argv += ["--precision", a.precision]
     if a.backend:
@@ -252,7 +273,9 @@ def bench_named(name: str, a: argparse.Namespace) -> dict:
     """One name's JSON: a registered model, or seed 004's SAKT latency case (`seed_sakt`)."""
     if name == "seed_sakt":
         return bench_seed_sakt(a.repeats, a.device, a.precision, a.backend)
-    return bench_one(name, a.repeats, a.set, a.device, a.precision, a.backend, a.batch, a.len)
+    return bench_one(
+        name, a.repeats, a.set, a.device, a.precision, a.backend, a.batch, a.len, a.compile
+    )
 
 
 def run_shared(name: str, a: argparse.Namespace) -> dict:
@@ -301,6 +324,16 @@ def main() -> None:
         default=None,
         help="fresh: one process a model (the default on CPU); shared: all in this one "
         "(the default on CUDA)",
+    )
+    p.add_argument(
+        "--compile",
+        nargs="?",
+        const="inductor",
+        default=None,
+        metavar="BACKEND",
+        help="time torch.compile(model, backend=BACKEND) (default inductor): adds the first "
+        "compiled step and inference, compilation included, and the compiled eval logits' "
+        "largest distance from the eager ones",
     )
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = p.parse_args()

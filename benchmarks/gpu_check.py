@@ -51,9 +51,11 @@ def steps(
     pykt_src: str | None = None,
     only: list[str] | None = None,
     peers_only: list[str] | None = None,
+    compiled: list[str] | None = None,
 ) -> list[tuple[str, list[str], int]]:
     """(name, argv, seconds allowed) of each step; `only` / `peers_only`: the models of steps 2 /
-    3 (None: every registered model / dkt sakt akt, or the zoo)."""
+    3 (None: every registered model / dkt sakt akt, or the zoo); `compiled`: models to time
+    under torch.compile too (a step after bf16; None: no such step)."""
     py = sys.executable
     dev = ["--device", device]
     if quick:  # tiny sizes in one process: what CI and a loaded CPU can run
@@ -90,6 +92,9 @@ def steps(
         ("models", [*bench, "--out", str(tmp / "models.json")], 200),
         ("models bf16", [*bench, "--precision", "bf16", "--out",
                          str(tmp / "models_bf16.json")], 120),
+        *([("models compiled", [py, "benchmarks/bench_models.py", *dev, "--models", *compiled,
+                                *small, "--compile", "--out", str(tmp / "models_compiled.json")],
+            240)] if compiled else []),
         peers,
         ("train", [py, "-m", "kt_lib.runs.experiment", "--models", "akt", "dtransformer", *dev,
                    *train_data, "--out", str(tmp / "train.json")], 150),
@@ -197,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="step 2's models (default: every registered model)")  # fmt: skip
     p.add_argument("--peer-models", nargs="+", default=None,
                    help="step 3's models (default: dkt sakt akt; --zoo: the zoo)")  # fmt: skip
+    p.add_argument("--compile-models", nargs="+", default=None,
+                   help="also time these under torch.compile (inductor), after bf16")  # fmt: skip
     a = p.parse_args(argv)
     if a.budget <= 0:
         p.error(f"--budget {a.budget}: must be positive seconds")
@@ -219,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps": [],
     }
     plan = steps(a.device, quick, Path(a.data_dir), tmp, a.zoo, a.pykt_src,
-                 only=a.models, peers_only=a.peer_models)  # fmt: skip
+                 only=a.models, peers_only=a.peer_models, compiled=a.compile_models)  # fmt: skip
     for name, cmd, limit in plan:
         left = int(a.budget - (time.perf_counter() - t_start))
         why = None

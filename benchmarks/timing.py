@@ -35,13 +35,15 @@ def median_seconds(fn, repeats: int, device: str = "cpu") -> float:
     return statistics.median(seconds(fn, device) for _ in range(repeats))
 
 
-def model_step_and_inference(model, batch):
-    """(step, infer) closures: an AdamW step on `model.loss`, and a no-grad forward."""
+def model_step_and_inference(model, batch, forward=None):
+    """(step, infer) closures: an AdamW step on `model.loss`, and a no-grad forward; `forward`
+    (e.g. `torch.compile(model)`) runs the model's forward in both, if given."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    forward = model if forward is None else forward
 
     def step():
         model.train()
-        terms = model.loss(model(batch), batch, 0)
+        terms = model.loss(forward(batch), batch, 0)
         opt.zero_grad()
         terms["total"].backward()
         opt.step()
@@ -49,7 +51,7 @@ def model_step_and_inference(model, batch):
     def infer():
         model.eval()
         with torch.no_grad():
-            model(batch)
+            forward(batch)
 
     return step, infer
 

@@ -51,3 +51,27 @@ def test_shared_process_runs_every_model_in_one_interpreter(tmp_path):
     assert all(r["process"] == "shared" for r in rows)
     assert "error" in rows[1] and "no_such_model" in rows[1]["error"]
     assert rows[0]["train_step_s"] > 0 and "peak_rss_mb" not in rows[0]
+
+
+def test_compile_times_the_compiled_model_and_checks_it_against_eager():
+    """`--compile BACKEND`: the steps run the compiled forward, the row says which backend, adds
+    the first (compiling) step and inference, and the compiled eval logits' distance from the
+    eager ones (the "eager" backend: dynamo's tracing without code generation, cheap on CI)."""
+    res = bench_one("sakt", repeats=1, b=2, n=8, compile_backend="eager")
+    assert res["compiled"] == "eager"
+    assert res["first_step_s"] > 0 and res["first_inference_s"] > 0
+    assert res["compiled_max_abs_diff"] < 1e-5
+    assert res["train_step_s"] > 0
+    assert "compiled" not in bench_one("dkt", repeats=1, b=2, n=8)
+
+
+def test_compile_travels_to_the_per_model_subprocess():
+    import argparse
+
+    from bench_models import device_argv
+
+    a = argparse.Namespace(device="cpu", repeats=1, batch=2, len=8, precision=None, backend=None,
+                           compile="aot_eager")  # fmt: skip
+    assert device_argv(a)[-2:] == ["--compile", "aot_eager"]
+    a.compile = None
+    assert "--compile" not in device_argv(a)

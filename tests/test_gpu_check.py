@@ -72,3 +72,18 @@ def test_models_and_peer_models_narrow_steps_2_and_3():
         assert got[step][i + 1 : i + 3] == ["gkt", "kqn"] and got[step][i + 3].startswith("--")
     peers = got["peers"]
     assert peers[peers.index("--models") + 1] == "skvmn"
+
+
+def test_compile_models_add_a_compiled_step_after_bf16_and_none_without_them():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_check import steps
+
+    names = [n for n, _, _ in steps("cuda", False, Path("d"), Path("t"))]
+    assert "models compiled" not in names
+    plan = steps("cuda", False, Path("d"), Path("t"), compiled=["akt", "dkt"])
+    names = [n for n, _, _ in plan]
+    assert names.index("models compiled") == names.index("models bf16") + 1
+    argv = dict((n, a) for n, a, _ in plan)["models compiled"]
+    i = argv.index("--models")
+    assert argv[i + 1 : i + 3] == ["akt", "dkt"] and "--compile" in argv
+    assert argv[argv.index("--device") + 1] == "cuda"
