@@ -113,7 +113,7 @@ def render_summary(study, path: str | Path | None = None) -> str:
         rows.append(row)
     note = (
         f"{metric}, mean ± std over folds or seeds (runs); {len(runs)} runs so far. Published "
-        "figures, paired tests and AUC by history position: the full table in docs/results.md."
+        "figures, paired tests and AUC by history position: the full table in docs/leaderboard.md."
     )
     return to_markdown(pd.DataFrame(rows), index=False) + "\n\n" + note + "\n"
 
