@@ -76,3 +76,32 @@ def test_the_summary_is_model_by_dataset_with_mean_std_and_runs(tmp_path):
     assert lines[3] == "| akt | 0.7500 (1) | - |"
     assert "4 runs so far" in lines[5]
     assert render_summary(study, tmp_path / "none.json").startswith("No finished run yet")
+
+
+def test_breakdown_pairs_break_down_those_pairs_alone(tmp_path):
+    """A study with many pairs (the leaderboard's against DKT and AKT) breaks down by history
+    position only the pairs it names (the seeds' questions): the pooled position table holds
+    those and no other."""
+    from kt_lib.runs.results import add_runs
+    from kt_lib.runs.study import Part, Study
+    from kt_lib.runs.study_render import render
+
+    rows = []
+    for seed in range(3):
+        for m, v in (("a", 0.72), ("b", 0.70), ("c", 0.69)):
+            rows.append(
+                {"dataset": "d", "model": m, "fold": None, "seed": seed, "run_key": f"{m}{seed}",
+                 "test_auc": v + 0.01 * seed, "test_auc@pos1-10": v - 0.02 + 0.003 * seed,
+                 "best_epoch": 3, "train_seconds": 1.0, "wall_seconds": 1.0,
+                 "device_name": "AMD EPYC"}
+            )  # fmt: skip
+    path = tmp_path / "s.json"
+    add_runs(path, rows)
+    part = Part((("d", "line3"),), ("a", "b", "c"))
+    study = Study("s", "?", (part,), pairs=(("a", "b"), ("c", "b")), breakdown_pairs=(("a", "b"),))
+    text = render(study, path)
+    table = text.split("Paired by history position")[1]
+    assert "| pos1-10 | a - b | test_auc | +0.0200 |" in table
+    assert "c - b" not in table and "c - b" in text  # still paired, not broken down
+    plain = render(Study("s", "?", (part,), pairs=(("a", "b"),)), path)
+    assert "Paired by history position" not in plain

@@ -54,6 +54,9 @@ class Study:
     published: bool = False  # render the published figures beside each cell
     breakdown: bool = False  # render AUC by the scored step's position in the history
     pair_breakdown: bool = False  # and the pairs' differences at each position, pooled
+    # only these pairs' differences at each position (a study with many pairs, e.g. the
+    # leaderboard's seed questions among its pairs against DKT and AKT)
+    breakdown_pairs: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         """Variants and overrides are checked against the models' configs when a study is

@@ -89,6 +89,8 @@ def render(study, path: str | Path | None = None) -> str:
                 out += [f"Paired, pooled over datasets ({m}):", pairs_markdown(pooled)]
     if study.pair_breakdown and pairs:
         out += pair_breakdown(runs, pairs)
+    elif study.breakdown_pairs:
+        out += pair_breakdown(runs, [p for p in study.breakdown_pairs if set(p) <= present])
     hours = runs["wall_seconds"].sum() / 3600
     out.append(f"{len(runs)} runs; their wall times add up to {hours:.2f} h.")
     return "\n\n".join(x.strip() for x in out) + "\n"
