@@ -90,10 +90,16 @@ class _Inputs:
         # a query with nothing to read (C_t = 0): +inf gives it finite, unused distances
         self.log_c = log_c.masked_fill(log_c == float("-inf"), float("inf"))
 
-    def chunk(self, c: tuple[int, int, int, int, int]):
-        """(p, cap, decay, dist, live) of one chunk: p the masked softmax [b, H, Lq, K, S'],
-        cap = max(max_j p, 0.2) [b, H, Lq, K, 1]; decay, dist and where the decay clamp does
-        not bind, for the backward."""
+    def chunk(self, c: tuple[int, int, int, int, int], grad: bool = False):
+        """(p, cap, rows, decay, dist, live, arg) of one chunk: p the masked softmax
+        [b, H, Lq, K, S'], cap = max(max_j p, 0.2) [b, H, Lq, K, 1], rows [b, 1, Lq, 1, 1]
+        whether a query reads any key; with `grad`, decay, dist, where the decay clamp does not
+        bind and arg, the index of max_j p (from the same pass as the max), all the backward's;
+        else None for those four (the forward computes decay in place).
+
+        A row that reads no key (t = 0, or every earlier key hidden) has a uniform p here; the
+        callers zero what it feeds, the [.., Dh] outputs and their gradients, rather than p:
+        that is a pass over [b, H, Lq, K, 1]-sized rows instead of one over p."""
         b0, b1, t0, t1, s1 = c
         dev, dtype = self.r.device, self.r.dtype
         rc = self.r[b0:b1, :, None, :, :s1]  # [b, H, 1, K, S']
@@ -105,13 +111,18 @@ class _Inputs:
         mask = readable & _rows(self.keep, b0, b1)[:, None, None, None, :s1]
         with torch.no_grad():  # AKT's distance carries no gradient; mass after j = 1 - P_j/C_t
             dist = torch.expm1(lp - lc).mul_((j - t).to(dtype)).clamp_(min=0.0).sqrt_()
-        decay = torch.exp(dist * -self.theta)
-        live = decay >= DECAY_MIN  # dist >= 0: decay <= 1, only the lower clamp can bind
-        decay = decay.clamp_(min=DECAY_MIN)
-        s = (decay * rc).masked_fill_(~mask, torch.finfo(dtype).min)
-        p = torch.softmax(s, -1).mul_(mask.any(-1, keepdim=True))
-        cap = p.amax(-1, keepdim=True).clamp_(min=MAXOUT_FLOOR)
-        return p, cap, decay, dist, live
+        if grad:
+            decay = torch.exp(dist * -self.theta)
+            live = decay >= DECAY_MIN  # dist >= 0: decay <= 1, only the lower clamp can bind
+            decay = decay.clamp_(min=DECAY_MIN)
+            s = decay * rc
+        else:  # dist's buffer becomes decay, then the scores
+            s = dist.mul_(-self.theta).exp_().clamp_(min=DECAY_MIN).mul_(rc)
+            decay = dist = live = None
+        p = torch.softmax(s.masked_fill_(~mask, torch.finfo(dtype).min), -1)
+        top, arg = p.max(-1, keepdim=True) if grad else (p.amax(-1, keepdim=True), None)
+        cap = top.clamp_(min=MAXOUT_FLOOR)
+        return p, cap, mask.any(-1, keepdim=True), decay, dist, live, arg
 
     def values(self, c, w: torch.Tensor) -> torch.Tensor:
         """w [b, H, Lq, K, S'] times the values -> [b, H, Lq, K, Dh]."""
@@ -143,11 +154,12 @@ class _SlotChunked(torch.autograd.Function):
             if s1 == 0:
                 o = r.new_zeros(b1 - b0, H, t1 - t0, K, Dh)
             else:
-                p, cap, *_ = x.chunk(c)
+                p, cap, rows, *_ = x.chunk(c)
                 w = p.div_(cap)
-                o = x.values(c, w)
                 if nw:
+                    w.mul_(rows)  # a row without keys: zero weights
                     w_all[b0:b1, :, :, t0:t1, :s1] = w.permute(0, 3, 1, 2, 4)
+                o = x.values(c, w).mul_(rows)
             if not project:
                 out[b0:b1, t0:t1] = o.permute(0, 2, 3, 1, 4)
                 continue
@@ -179,34 +191,45 @@ class _SlotChunked(torch.autograd.Function):
         for c in plan(B, K, H, S, ctx.budget, ctx.strict, r.element_size()):
             b0, b1, t0, t1, s1 = c
             b, Lq = b1 - b0, t1 - t0
-            p = None
+            p = o = None
             if s1 > 0:
-                p, cap, decay, dist, live = x.chunk(c)
+                p, cap, rows, decay, dist, live, arg = x.chunk(c, grad=True)
+                w = p / cap
             if project:  # back through base + dropout(merged @ W^T + b)
                 gy = g[b0:b1, t0:t1]  # [b, Lq, K, D]
                 if drop_keep is not None:
                     gy = gy * drop_keep[b0:b1, t0:t1] * ctx.scale
                 if grad_bias is not None:
                     grad_bias += gy.sum((0, 1, 2))
-                if grad_weight is not None and p is not None:
-                    m = _merge(x.values(c, p / cap))
-                    grad_weight += gy.flatten(0, 2).T @ m.flatten(0, 2)
+                if p is not None:  # the forward's output of the chunk, recomputed
+                    o = x.values(c, w).mul_(rows)  # [b, H, Lq, K, Dh]
+                if grad_weight is not None and o is not None:
+                    grad_weight += gy.flatten(0, 2).T @ _merge(o).flatten(0, 2)
                 gc = (gy @ weight).view(b, Lq, K, H, Dh).permute(0, 3, 1, 2, 4)
             else:
                 gc = g[b0:b1, :, :, t0:t1].permute(0, 2, 3, 1, 4)  # [b, H, Lq, K, Dh]
             if p is None:
                 continue
-            gc = gc.reshape(b, H, Lq * K, Dh)
+            gc = gc * rows  # a row without keys passes no gradient back (its output is zero)
             vc = x.v[b0:b1, :, :s1]  # [b, H, S', Dh]
             if need_v:  # w^T g, summed over the slots and steps of the chunk
-                grad_v[b0:b1, :, :s1] += (p / cap).view(b, H, Lq * K, s1).transpose(-1, -2) @ gc
-            grad_w = (gc @ vc.transpose(-1, -2)).view(b, H, Lq, K, s1)
-            # w = p / cap, cap = max(max_j p_j, 0.2): d/dp = 1/cap, and through cap at the argmax
-            dot = (grad_w * p).sum(-1, keepdim=True).div_(cap)  # sum_j grad_w_j w_j
+                grad_v[b0:b1, :, :s1] += (
+                    w.view(b, H, Lq * K, s1).transpose(-1, -2) @ gc.view(b, H, Lq * K, Dh)
+                )
+            grad_w = (gc.view(b, H, Lq * K, Dh) @ vc.transpose(-1, -2)).view(b, H, Lq, K, s1)
+            # w = p / cap, cap = max(max_j p_j, 0.2): d/dp = 1/cap, and through cap at the argmax.
+            # dot = sum_j grad_w_j w_j = g . (w @ v) = g . o: a dot over Dh, not a pass over S'
+            if o is not None:
+                dot = (gc * o).sum(-1, keepdim=True)
+            else:
+                dot = (grad_w * w).sum(-1, keepdim=True)
             grad_p = grad_w.div_(cap)
-            through = torch.where(cap > MAXOUT_FLOOR, -dot / cap, 0.0)
-            grad_p.scatter_add_(-1, p.argmax(-1, keepdim=True), through)
-            grad_s = grad_p.sub_((grad_p * p).sum(-1, keepdim=True)).mul_(p)  # softmax backward
+            bound = cap > MAXOUT_FLOOR
+            through = torch.where(bound, -dot / cap, 0.0)
+            grad_p.scatter_add_(-1, arg, through)
+            # softmax backward: grad_s = (grad_p - sum_j grad_p_j p_j) p, where that sum is
+            # dot + through * max_j p_j: 0 where the cap binds (max_j p_j = cap), else dot
+            grad_s = grad_p.sub_(torch.where(bound, 0.0, dot)).mul_(p)
             grad_s.mul_(decay)  # s = r * decay: d/dr sums over the query steps
             if need_r:
                 grad_r[b0:b1, :, :, :s1] += grad_s.sum(2)
