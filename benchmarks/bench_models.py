@@ -272,6 +272,8 @@ def run_subprocess(script: str, name: str, argv: list[str]) -> dict:
 def bench_named(name: str, a: argparse.Namespace) -> dict:
     """One name's JSON: a registered model, or seed 004's SAKT latency case (`seed_sakt`)."""
     if name == "seed_sakt":
+        if getattr(a, "compile", None):
+            raise ValueError("--compile times the registered models; seed_sakt is not compiled")
         return bench_seed_sakt(a.repeats, a.device, a.precision, a.backend)
     return bench_one(
         name, a.repeats, a.set, a.device, a.precision, a.backend, a.batch, a.len, a.compile
@@ -342,7 +344,7 @@ def main() -> None:
         return
     from kt_lib.models import list_models
 
-    names = a.models or [*list_models(), "seed_sakt"]
+    names = a.models or [*list_models(), *([] if a.compile else ["seed_sakt"])]
     process = a.process or ("shared" if is_cuda(a.device) else "fresh")
     run_all(__file__, names, a, process == "shared")
 

@@ -10,11 +10,12 @@
 # CHECK_SECONDS 0 skips the check; GPU_CHECK_ARGS adds to it (e.g. "--models gkt kqn
 # --peer-models gkt kqn"). Back here: `kt leaderboard FILES_AT/STUDY.json --merge-into
 # results/STUDY.json` (by run key: rows landed here meanwhile are kept) and `tar xzf
-# FILES_AT/checkpoints.tgz --keep-newer-files` (the checkpoints the study wrote there).
+# FILES_AT/checkpoints.tgz --keep-newer-files` (the checkpoints the study wrote there; in parts:
+# `cat FILES_AT/checkpoints.tgz.* | tar xz --keep-newer-files`).
 # From the environment: OUT (required), DEVICE (cuda), DATA_ROOT (.devcarry/data), PYTHON
 # (python3). Exit status: the check's or the study's, whichever failed (124: stopped at time).
 set -uo pipefail
-usage() { sed -n 2,15p "$0" >&2; exit 2; }
+usage() { sed -n 2,16p "$0" >&2; exit 2; }
 [ $# -ge 3 ] || usage
 check=$1 study_s=$2 study=$3
 shift 3

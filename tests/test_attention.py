@@ -317,6 +317,34 @@ def test_slot_chunks_equal_reference(budget, strict):
         slots.slot(r, v, gamma, keep, strict, budget=0)
 
 
+@pytest.mark.parametrize("budget", [1, 700, 1 << 30])
+def test_slot_backward_takes_a_contiguous_gradient_and_empty_rows_stay_finite(budget):
+    """Block 4's output is a step-major view: a gradient laid out [B, K, H, L, Dh] (contiguous,
+    not `randn_like(out)`) must go back through it, equal to the reference's. A row without a
+    readable key (t = 0, an all-hidden row) outputs exact zeros and passes no gradient, even
+    where the values at its hidden keys are huge (the kernel zeroes those rows' outputs, not
+    their weights: 0 * inf must not turn into nan)."""
+    torch.manual_seed(3)
+    B, K, H, S, Dh = 3, 2, 2, 10, 3
+    r = (2 * torch.randn(B, K, H, 1, S, dtype=torch.float64)).requires_grad_()
+    v = torch.randn(B, 1, H, S, Dh, dtype=torch.float64)
+    v[2] = 1e308  # row 2 hides every key: its uniform weights over these must not leak
+    v.requires_grad_()
+    gamma = torch.tensor([0.4, 1.2], dtype=torch.float64, requires_grad=True)
+    keep = ~sample_key_drop(torch.ones(B, S, dtype=torch.bool), 0.3)
+    keep[2] = False
+    out, _ = slots.slot(r, v, gamma, keep, budget=budget)
+    ref, _ = slot_reference(r, v, gamma, causal_mask(S, strict=True) & keep.view(B, 1, 1, 1, S))
+    assert (out[2] == 0).all() and (out[:, :, :, 0] == 0).all()
+    g = torch.randn(B, K, H, S, Dh, dtype=torch.float64)  # contiguous, unlike out
+    got = torch.autograd.grad(out, (r, v, gamma), g)
+    want = torch.autograd.grad(ref, (r, v, gamma), g)
+    for name, a, b in zip("r v gamma".split(), got, want, strict=True):
+        assert torch.isfinite(a).all(), name
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=name)
+    assert (got[1][2] == 0).all() and (got[0][2] == 0).all()
+
+
 @pytest.mark.parametrize("budget", [1, 900, None])
 @pytest.mark.parametrize("dropout", [0.0, 0.3])
 def test_slot_projected_equals_plain_composition(budget, dropout):

@@ -75,3 +75,14 @@ def test_compile_travels_to_the_per_model_subprocess():
     assert device_argv(a)[-2:] == ["--compile", "aot_eager"]
     a.compile = None
     assert "--compile" not in device_argv(a)
+
+
+def test_compile_refuses_the_seed_sakt_latency_case_rather_than_ignore_it():
+    import argparse
+
+    import pytest
+    from bench_models import bench_named
+
+    a = argparse.Namespace(repeats=1, device="cpu", precision=None, backend=None, compile="eager")
+    with pytest.raises(ValueError, match="seed_sakt is not compiled"):
+        bench_named("seed_sakt", a)

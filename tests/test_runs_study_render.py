@@ -105,3 +105,11 @@ def test_breakdown_pairs_break_down_those_pairs_alone(tmp_path):
     assert "c - b" not in table and "c - b" in text  # still paired, not broken down
     plain = render(Study("s", "?", (part,), pairs=(("a", "b"),)), path)
     assert "Paired by history position" not in plain
+
+
+def test_breakdown_pairs_must_be_among_the_pairs():
+    from kt_lib.runs.study import Part, Study
+
+    part = Part((("d", "line3"),), ("a", "b"))
+    with pytest.raises(ValueError, match=r"breakdown_pairs \[\('a', 'c'\)\] are not among"):
+        Study("s", "?", (part,), pairs=(("a", "b"),), breakdown_pairs=(("a", "c"),))

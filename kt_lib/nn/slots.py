@@ -159,7 +159,7 @@ class _SlotChunked(torch.autograd.Function):
                 if nw:
                     w.mul_(rows)  # a row without keys: zero weights
                     w_all[b0:b1, :, :, t0:t1, :s1] = w.permute(0, 3, 1, 2, 4)
-                o = x.values(c, w).mul_(rows)
+                o = torch.where(rows, x.values(c, w), 0.0)  # not * 0: an inf would give nan
             if not project:
                 out[b0:b1, t0:t1] = o.permute(0, 2, 3, 1, 4)
                 continue
@@ -202,7 +202,7 @@ class _SlotChunked(torch.autograd.Function):
                 if grad_bias is not None:
                     grad_bias += gy.sum((0, 1, 2))
                 if p is not None:  # the forward's output of the chunk, recomputed
-                    o = x.values(c, w).mul_(rows)  # [b, H, Lq, K, Dh]
+                    o = torch.where(rows, x.values(c, w), 0.0)  # [b, H, Lq, K, Dh]
                 if grad_weight is not None and o is not None:
                     grad_weight += gy.flatten(0, 2).T @ _merge(o).flatten(0, 2)
                 gc = (gy @ weight).view(b, Lq, K, H, Dh).permute(0, 3, 1, 2, 4)
@@ -210,13 +210,14 @@ class _SlotChunked(torch.autograd.Function):
                 gc = g[b0:b1, :, :, t0:t1].permute(0, 2, 3, 1, 4)  # [b, H, Lq, K, Dh]
             if p is None:
                 continue
-            gc = gc * rows  # a row without keys passes no gradient back (its output is zero)
+            # a row without keys passes no gradient back (its output is zero); contiguous: gc
+            # may be a permuted view of the incoming gradient
+            gc = (gc * rows).contiguous()
+            flat = gc.view(b, H, Lq * K, Dh)
             vc = x.v[b0:b1, :, :s1]  # [b, H, S', Dh]
             if need_v:  # w^T g, summed over the slots and steps of the chunk
-                grad_v[b0:b1, :, :s1] += (
-                    w.view(b, H, Lq * K, s1).transpose(-1, -2) @ gc.view(b, H, Lq * K, Dh)
-                )
-            grad_w = (gc.view(b, H, Lq * K, Dh) @ vc.transpose(-1, -2)).view(b, H, Lq, K, s1)
+                grad_v[b0:b1, :, :s1] += w.view(b, H, Lq * K, s1).transpose(-1, -2) @ flat
+            grad_w = (flat @ vc.transpose(-1, -2)).view(b, H, Lq, K, s1)
             # w = p / cap, cap = max(max_j p_j, 0.2): d/dp = 1/cap, and through cap at the argmax.
             # dot = sum_j grad_w_j w_j = g . (w @ v) = g . o: a dot over Dh, not a pass over S'
             if o is not None:

@@ -62,6 +62,9 @@ class Study:
         """Variants and overrides are checked against the models' configs when a study is
         declared, not when its first part runs."""
         ModelSettings.parse(self.overrides, self.variants, self.dataset_overrides)
+        stray = [p for p in self.breakdown_pairs if tuple(p) not in self.pairs]
+        if stray:
+            raise ValueError(f"study {self.name}: breakdown_pairs {stray} are not among its pairs")
 
     def train_config(self, device: str = "cpu") -> TrainConfig:
         return TrainConfig.recipe(
