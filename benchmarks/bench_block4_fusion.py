@@ -1,6 +1,7 @@
 """How much a fused elementwise chain could save in DTransformer's Block 4 on CPU: the chunk
 recompute (`kt_lib.nn.slots._Inputs.chunk`: distance, decay, masked softmax, max-out cap) of one
-batch row at the paper size, eager against `torch.compile(dynamic=True)` of the same method.
+batch row at the paper size, eager against `torch.compile(dynamic=True)` of the same method
+(`--static`: one compilation per chunk shape).
 
     python benchmarks/bench_block4_fusion.py [--backend inductor] [--repeats 20] [--out FILE]
 
@@ -58,13 +59,18 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--backend", default="inductor", help="torch.compile backend")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--len", type=int, default=200, help="window length S")
+    p.add_argument("--static", action="store_true", help="compile each chunk shape on its own")
     p.add_argument("--out", default=None, help="write the JSON here too")
     a = p.parse_args(argv)
     K, H, Dh = 16, 8, 32  # DTransformer's paper preset: 16 slots, 8 heads, d 256
     x = inputs(K, H, a.len, Dh)
     chunks = [c for c in slots.plan(1, K, H, a.len, slots.CPU_BUDGET) if c[-1] > 0]
-    compiled = torch.compile(x.chunk, backend=a.backend, dynamic=True)
-    res: dict = {"backend": a.backend, "S": a.len, "K": K, "H": H, "chunks_per_row": len(chunks)}
+    # a shape per chunk and mode when static: past dynamo's default of 8 compilations of one
+    # function it would run the rest eager, unmeasured
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    compiled = torch.compile(x.chunk, backend=a.backend, dynamic=not a.static)
+    res: dict = {"backend": a.backend, "dynamic": not a.static, "S": a.len, "K": K, "H": H,
+                 "chunks_per_row": len(chunks)}  # fmt: skip
     for mode, grad in (("forward", False), ("backward_recompute", True)):
         t0 = time.perf_counter()
         got = [compiled(c, grad) for c in chunks]
