@@ -121,6 +121,19 @@ def test_a_killed_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
         p.is_dir() for p in (tmp_path / "ck_a").rglob("*")
     )  # a finished run's checkpoint is removed
 
+    # a run that finished elsewhere (e.g. on a GPU lease, merged into the file) leaves its
+    # epoch checkpoint here stale: the next start of the study removes it, trains nothing
+    stale = tmp_path / "ck_a" / "tiny"
+    stale.mkdir(parents=True, exist_ok=True)
+    key = "".join(c if c.isalnum() or c in "-=" else "_" for c in whole["run_key"])
+    (stale / f"{key}_last.pt").write_bytes(b"an epoch of a run finished elsewhere")
+    (stale / "another_run_last.pt").write_bytes(b"not this study's key: kept")
+    epochs.clear()
+    studies.run(study, data, path=tmp_path / "a.json", checkpoints=tmp_path / "ck_a",
+                progress=False)  # fmt: skip
+    assert epochs == [] and not (stale / f"{key}_last.pt").exists()
+    assert (stale / "another_run_last.pt").exists()
+
     epochs.clear()
     kill_at = 2
     with pytest.warns(RuntimeWarning, match="failed"):

@@ -98,6 +98,8 @@ def run_plan(
         rows.append(done.get(run.key))
         if run.key not in done:
             todo.append((len(rows) - 1, _with_checkpoint(run, checkpoint_dir)))
+        elif checkpoint_dir is not None:  # finished elsewhere (a GPU lease): a stale epoch
+            _drop_checkpoint(_with_checkpoint(run, checkpoint_dir).spec.train.checkpoint)
     commit = run_commit() if todo else None
     outcomes = execute(
         [run.spec for _, run in todo],
@@ -133,10 +135,15 @@ def run_plan(
         if path is not None:
             add_runs(path, [rows[index]])
         if out.ok and spec.train.checkpoint:  # the row is safe: its checkpoint can go
-            prefix = Path(spec.train.checkpoint)
-            for f in prefix.parent.glob(prefix.name + "_*"):
-                f.unlink(missing_ok=True)
+            _drop_checkpoint(spec.train.checkpoint)
     return pd.DataFrame(rows)
+
+
+def _drop_checkpoint(prefix: str) -> None:
+    """Remove a finished run's epoch checkpoint files (`prefix` + `_last.pt`, ...)."""
+    prefix = Path(prefix)
+    for f in prefix.parent.glob(prefix.name + "_*"):
+        f.unlink(missing_ok=True)
 
 
 def _with_checkpoint(run: PlannedRun, checkpoint_dir) -> PlannedRun:
