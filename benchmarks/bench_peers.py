@@ -30,9 +30,10 @@ Each model runs in a fresh subprocess (ours then theirs); `--device`, `--precisi
 `--backend` as in bench_models (pykt runs inside the same precision context; the attention
 backend only concerns ours). Prints one JSON line per model: pykt_model, ours, theirs (time
 medians over --repeats after a warm-up, params, sizes, kernels_per_step and peak_gpu_mb on
-CUDA, ops_per_step on CPU), notes (every size the two could not match, and what differs besides)
-and `ours_over_theirs`, the time ratio (below 1: ours is faster), for the train step and the
-inference pass; all lines are also written to --out.
+CUDA, ops_per_step and matmul_share on CPU), notes (every size the two could not match, and
+what differs besides) and `ours_over_theirs`, the time ratio (below 1: ours is faster), for the
+train step and the inference pass; on CPU also `train_step_matmul_floor` (the ratio our matrix
+products alone would give: `matmul_floor`); all lines are also written to --out.
 
 pykt is loaded without `import pykt` by benchmarks/pykt_loader.py (pykt/models/<file>.py
 executed by path, their module-level `device` set to `--device`).
@@ -157,6 +158,18 @@ def load_theirs(name: str, device: str, src: str | None) -> dict:
     return load_pykt(device, (SHIPPED[pykt],))
 
 
+def matmul_floor(m_ours: dict, m_theirs: dict) -> dict:
+    """On CPU: `train_step_matmul_floor`, the train-step ratio ours / theirs if everything of our
+    step but its matrix products cost nothing (our step x its `matmul_share`, over their step).
+    Both sides run the same products at the same sizes, so a target ratio below this floor
+    cannot be met by faster attention or elementwise code, only by fewer or cheaper products."""
+    share = m_ours.get("matmul_share")
+    if share is None:
+        return {}
+    return {"train_step_matmul_floor": round(share * m_ours["train_step_s"]
+                                             / m_theirs["train_step_s"], 3)}  # fmt: skip
+
+
 def bench_pair(
     name: str,
     repeats: int,
@@ -185,6 +198,7 @@ def bench_pair(
             "train_step": round(m_ours["train_step_s"] / m_theirs["train_step_s"], 3),
             "inference": round(m_ours["inference_s"] / m_theirs["inference_s"], 3),
         },
+        **matmul_floor(m_ours, m_theirs),
         "ours": _side(ours, m_ours, "kt_lib paper preset", config),
         "theirs": _side(theirs, m_theirs, "ours where pyKT has the size, else kt_config.json", kw),
         "notes": notes,

@@ -65,13 +65,25 @@ def step_and_inference_seconds(model, batch, repeats: int, device: str = "cpu"):
     return median_seconds(step, repeats, device), median_seconds(infer, repeats, device)
 
 
+# aten operators whose self time is BLAS matrix products (a Linear is addmm or mm; matmul and
+# linear themselves only dispatch to these), and the fused recurrent layers (oneDNN's LSTM/GRU
+# layer and torch's fused cells: their gates' products, which the profiler cannot split off)
+MATRIX_PRODUCTS = frozenset(
+    ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::addbmm", "aten::addmv",
+     "aten::mv", "aten::dot", "aten::mkldnn_rnn_layer", "aten::mkldnn_rnn_layer_backward",
+     "aten::_thnn_fused_lstm_cell", "aten::_thnn_fused_lstm_cell_backward_impl",
+     "aten::_thnn_fused_gru_cell", "aten::_thnn_fused_gru_cell_backward")
+)  # fmt: skip
+
+
 def count_per_step(fn, device) -> dict:
     """What one call of `fn` launches, counted with torch.profiler (call `fn` once before, so
     one-time work such as the optimizer's state allocation is not counted).
 
     CUDA: `kernels_per_step`, the device events that are kernels (device_type CUDA, not user
     annotations, not copies), and `copies_per_step` (Memcpy/Memset). Elsewhere: `ops_per_step`,
-    the aten operator calls (nested calls included, i.e. every dispatch).
+    the aten operator calls (nested calls included, i.e. every dispatch), and `matmul_share`,
+    the share of the aten operators' self time spent in `MATRIX_PRODUCTS`.
     """
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -95,10 +107,15 @@ def count_per_step(fn, device) -> dict:
             "copies_per_step": copies,
             "counted": "CUDA kernels of one training step (torch.profiler device events)",
         }
-    ops = sum(1 for e in events if e.device_type == DeviceType.CPU and e.name.startswith("aten::"))
+    cpu = [e for e in events if e.device_type == DeviceType.CPU and e.name.startswith("aten::")]
+    self_us = sum(e.self_cpu_time_total for e in cpu)
+    gemm_us = sum(e.self_cpu_time_total for e in cpu if e.name in MATRIX_PRODUCTS)
     return {
-        "ops_per_step": ops,
+        "ops_per_step": len(cpu),
         "counted": "aten operator calls of one training step, nested included (torch.profiler)",
+        # the share of the profiled step spent in the matrix products themselves (BLAS): work
+        # two implementations of one model at the same sizes both do, whatever else they do
+        "matmul_share": round(gemm_us / self_us, 4) if self_us else None,
     }
 
 

@@ -86,3 +86,16 @@ def test_compile_refuses_the_seed_sakt_latency_case_rather_than_ignore_it():
     a = argparse.Namespace(repeats=1, device="cpu", precision=None, backend=None, compile="eager")
     with pytest.raises(ValueError, match="seed_sakt is not compiled"):
         bench_named("seed_sakt", a)
+
+
+def test_matmul_share_counts_the_matrix_products_and_nothing_else():
+    """`count_per_step`'s CPU share: a step of matrix products only is ~all products, an
+    elementwise step none; the floor `bench_peers` derives from it rests on this."""
+    import torch
+    from timing import count_per_step
+
+    a = torch.randn(256, 256)
+    products = count_per_step(lambda: [a @ a for _ in range(4)], "cpu")
+    elementwise = count_per_step(lambda: [(a * a).exp_() for _ in range(4)], "cpu")
+    assert products["matmul_share"] > 0.9
+    assert elementwise["matmul_share"] == 0

@@ -174,9 +174,13 @@ def test_smoke_end_to_end(tmp_path):
             s = r[side]
             assert s["params"] > 0 and isinstance(s["config"], dict)
             assert s["train_step_s"] > 0 and s["inference_s"] > 0 and s["ops_per_step"] > 0
+            assert 0 < s["matmul_share"] <= 1  # DKT's LSTM and output layer are products
         for key, field in (("train_step", "train_step_s"), ("inference", "inference_s")):
             ratio = r["ours"][field] / r["theirs"][field]
             assert r["ours_over_theirs"][key] == pytest.approx(ratio, rel=0.05, abs=2e-3)
+        floor = r["ours"]["matmul_share"] * r["ours"]["train_step_s"] / r["theirs"]["train_step_s"]
+        assert r["train_step_matmul_floor"] == pytest.approx(floor, rel=0.01, abs=2e-3)
+        assert r["train_step_matmul_floor"] <= r["ours_over_theirs"]["train_step"] + 2e-3
     # same sizes where both have them: DKT's and qDKT's parameter counts agree exactly
     assert rows["dkt"]["ours"]["params"] == rows["dkt"]["theirs"]["params"]
     assert rows["dkt"]["theirs"]["config"] == {"emb_size": 200, "dropout": 0.1}
