@@ -12,8 +12,11 @@ import torch
 from kt_lib.audit import audit_alignment, audit_causality, random_batch
 from kt_lib.models import build_model
 from kt_lib.models import simplekt as simplekt_module
+from kt_lib.nn import cpu as cpu_kernels
+from kt_lib.nn import dropout as drop
 from kt_lib.nn import reference
 from kt_lib.nn.attention import causal_mask
+from kt_lib.nn.backend import use_backend
 from kt_lib.nn.sparse import sparse_attend
 
 NUM_C, NUM_PID = 12, 36
@@ -159,6 +162,56 @@ def test_sparse_attention_gradients_are_the_renormalised_weights():
         g_want = torch.autograd.grad((w @ ins2[2]).square().sum(), ins2)
         for got, want in zip(g_ref, g_want, strict=True):
             torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("L", [9, 150])  # one query block; several (and several batch chunks)
+@pytest.mark.parametrize(
+    "selection, k, ratio", [("topk", 3, 0.0), ("topk", 1, 0.0), ("soft", 0, 0.6)]
+)
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_cpu_sparse_kernel_equals_the_reference(selection, k, ratio, p, L, monkeypatch):
+    """The fused CPU kernel (query blocks, batch chunks, the selection per chunk, fast dropout)
+    against reference.sparse_attention with the kernel's own dropout draws: outputs and
+    gradients; also with every key readable (mask None)."""
+    draws = []
+
+    def recording(out, rate):
+        scale = drop.draw_keep(out, rate)
+        draws.append(out.clone())
+        return scale
+
+    monkeypatch.setattr(cpu_kernels, "draw_keep", recording)
+    monkeypatch.setattr(cpu_kernels, "CHUNK_ELEMS", 2 * 3 * 60 * 150)  # two rows a chunk
+    B = 5
+    q, kk, v, mask = _heads(B=B, L=L, seed=3)
+    for m in (mask, None):
+        draws.clear()
+        ins = [t.clone().requires_grad_() for t in (q, kk, v)]
+        with use_backend("cpu"):
+            out, _ = sparse_attend(*ins, m, selection, k, ratio, dropout=p)
+        keep = None
+        if p > 0:
+            full = torch.ones(L, L, dtype=torch.bool) if m is None else m
+            blocks = cpu_kernels._query_blocks(full.reshape(-1, L, L))
+            keep = torch.zeros(B, 3, L, L, dtype=torch.float64)
+            for (l0, l1, s1), drawn in zip(blocks, draws, strict=True):
+                keep[:, :, l0:l1, :s1] = drawn
+            p = round(p * drop.DROP_LEVELS) / drop.DROP_LEVELS  # the rate draw_keep applies
+        refs = [t.clone().requires_grad_() for t in (q, kk, v)]
+        ref, _ = reference.sparse_attention(*refs, m, selection, k, ratio, p, keep)
+        torch.testing.assert_close(out, ref)
+        g = torch.randn_like(out)
+        got = torch.autograd.grad(out, ins, g)
+        for a, b in zip(got, torch.autograd.grad(ref, refs, g), strict=True):
+            torch.testing.assert_close(a, b)
+        assert not draws if p == 0 else len(draws) == len(blocks)
+
+
+def test_sparse_attend_refuses_an_unknown_selection():
+    q, k, v, mask = _heads()
+    for backend in ("cpu", "reference"):
+        with use_backend(backend), pytest.raises(ValueError, match="selection must be one of"):
+            sparse_attend(q, k, v, mask, "top", 3, 0.0)
 
 
 def test_sparse_attention_without_sparsity_is_plain_attention():

@@ -289,17 +289,23 @@ class _DropoutAttention(torch.autograd.Function):
     - the softmax backward's row sums are g . out (a dot over Dh, not a pass over [L, S]).
     Masked keys get a large finite negative score; a row without any visible key comes out
     finite (uniform) and the caller zeroes it. One backward per forward.
+    `select` (sparseKT): a function (weights [n, H, l, s], readable [n|1, H|1, l, s]) -> kept
+    (bool); each chunk's weights are then renormalised over the kept keys (the softmax over
+    them), and the backward above holds unchanged, weights outside the kept set being 0.
+    With p = 0 no keep mask is drawn (inference, or attention without dropout).
     """
 
     @staticmethod
     @without_autocast
-    def forward(ctx, q, k, v, mask, p: float, extra=None):
+    def forward(ctx, q, k, v, mask, p: float, extra=None, select=None):
         # q [B, H, L, Dh] k/v [B, H, S, Dh]; mask None or bool broadcastable to [B, H, L, S];
         # extra None or a fixed additive score bias broadcastable to [B, H, L, S] (no gradient)
         B, H, L, Dh = q.shape
         S = k.shape[-2]
         qs = torch.mul(q, Dh**-0.5, out=q.new_empty(q.shape))  # contiguous heads
         k, v = k.contiguous(), v.contiguous()
+        if mask is None and select is not None:  # the selection reads which keys are readable
+            mask = torch.ones(L, S, dtype=torch.bool, device=q.device)
         if mask is None:
             blocks, bias = [(0, L, S)], None
         else:
@@ -317,21 +323,27 @@ class _DropoutAttention(torch.autograd.Function):
             if s1 == 0:  # no query of the block reads a key: zero output
                 saved += [qs.new_empty(0)] * 2
                 continue
-            W, keep = POOL.take(shape, q), POOL.take(shape, q)
-            scale = draw_keep(keep, p)  # 0/1; the scale goes onto the output
+            W = POOL.take(shape, q)
+            keep = POOL.take(shape, q) if p > 0 else None
+            if keep is not None:
+                scale = draw_keep(keep, p)  # 0/1; the scale goes onto the output
             bias_b = None if bias is None else bias[..., l0:l1, :s1]
             rows, chunks = _chunks(B, H * (l1 - l0) * s1)
             work = POOL.take((rows, *shape[1:]), q)
             for b0, b1 in chunks:
-                a = work[: b1 - b0]
+                a, w = work[: b1 - b0], W[b0:b1]
                 torch.bmm(_bh(qs[b0:b1, :, l0:l1]), _bh(k[b0:b1, :, :s1]).mT, out=_bh(a))
                 if bias_b is not None:
                     a.add_(_rows(bias_b, b0, b1))
-                torch.softmax(a, -1, out=W[b0:b1])
-                torch.mul(W[b0:b1], keep[b0:b1], out=a)  # dropped weights (unscaled)
-                out[b0:b1, :, l0:l1] = a @ v[b0:b1, :, :s1]
+                torch.softmax(a, -1, out=w)
+                if select is not None:  # renormalised over the kept keys
+                    w.mul_(select(w, _rows(mask, b0, b1)[..., l0:l1, :s1]))
+                    w.div_(w.sum(-1, keepdim=True).clamp_min_(torch.finfo(w.dtype).tiny))
+                if keep is not None:
+                    w = torch.mul(w, keep[b0:b1], out=a)  # dropped weights (unscaled)
+                out[b0:b1, :, l0:l1] = w @ v[b0:b1, :, :s1]
             POOL.give(work)
-            saved += [W, keep]
+            saved += [W, keep if keep is not None else W.new_empty(0)]
         out.mul_(scale)
         if any(ctx.needs_input_grad):
             ctx.save_for_backward(qs, k, v, out, *saved)
@@ -362,15 +374,20 @@ class _DropoutAttention(torch.autograd.Function):
             for b0, b1 in chunks:
                 t, pw = (x[: b1 - b0] for x in work)
                 go, kc, vc = gs[b0:b1, :, l0:l1], k[b0:b1, :, :s1], v[b0:b1, :, :s1]
-                torch.mul(W[b0:b1], keep[b0:b1], out=pw)
+                if keep.numel():
+                    torch.mul(W[b0:b1], keep[b0:b1], out=pw)
+                else:  # no dropout
+                    pw = W[b0:b1]
                 g_v[b0:b1, :, :s1] += pw.mT @ go
                 torch.bmm(_bh(go), _bh(vc).mT, out=_bh(t))  # d loss / d dropped weights
-                t.mul_(keep[b0:b1]).sub_(dot[b0:b1, :, l0:l1]).mul_(W[b0:b1])  # -> scores
+                if keep.numel():
+                    t.mul_(keep[b0:b1])
+                t.sub_(dot[b0:b1, :, l0:l1]).mul_(W[b0:b1])  # -> scores
                 g_q[b0:b1, :, l0:l1] = t @ kc
                 g_k[b0:b1, :, :s1] += t.mT @ qs[b0:b1, :, l0:l1]
             POOL.give(*work)
         POOL.give(*saved)
-        return g_q.mul_(Dh**-0.5), g_k, g_v, None, None, None
+        return g_q.mul_(Dh**-0.5), g_k, g_v, None, None, None, None
 
 
 def score_bias(mask: torch.Tensor | None, bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -390,6 +407,13 @@ def attention(q, k, v, mask, dropout: float, bias=None):
     if bias is not None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=score_bias(mask, bias, q.dtype))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask(mask))
+
+
+def sparse_attention(q, k, v, mask, dropout: float, select):
+    """k-sparse attention without weights (sparseKT): the fused kernel, each chunk's softmax
+    weights kept where `select(weights, readable)` says and renormalised over those keys (=
+    reference.sparse_attention with reweight "renormalise"); dropout only when > 0."""
+    return _DropoutAttention.apply(q, k, v, mask, dropout, None, select)
 
 
 def monotonic(q, k, v, theta, mask, dropout: float, need_weights: bool, whole: bool = False):

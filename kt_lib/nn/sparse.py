@@ -2,15 +2,20 @@
 
 # B batch, H heads, L query steps, S key steps, Dh head dim
 The math (top-k or cumulative-threshold selection of the softmax weights over readable keys,
-renormalised over the kept ones) is written once in kt_lib.nn.reference; it runs as written on
-every device (sorts and scatters over [B, H, L, S], the size of the weights themselves).
+renormalised over the kept ones) is written once in kt_lib.nn.reference. On CPU the renormalised
+selection runs in the fused attention kernel (kt_lib.nn.cpu: query blocks and batch chunks, the
+selection applied to each chunk's weights, fast dropout); the weights asked for, pyKT's second
+softmax, and other devices run the reference as written.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from . import reference
+from . import cpu, reference
+from .backend import choose
 
 SELECTIONS = ("topk", "soft")
 REWEIGHTS = ("renormalise", "softmax")
@@ -34,8 +39,19 @@ def sparse_attend(
     dtype = v.dtype
     if q.dtype in (torch.float16, torch.bfloat16):
         q, k, v = q.float(), k.float(), v.float()
+    if selection not in SELECTIONS:
+        raise ValueError(f"selection must be one of {SELECTIONS}, got {selection!r}")
     if mask is not None:
         mask = mask.to(torch.bool)
+    if not need_weights and reweight == "renormalise" and choose(q) == "cpu":
+        if selection == "topk":
+            select = functools.partial(reference.topk_keep, k=k_top)
+        else:
+            select = functools.partial(reference.threshold_keep, ratio=ratio)
+        out = cpu.sparse_attention(q, k, v, mask, dropout, select)
+        if mask is not None:  # rows without a readable key: zeros
+            out = out * mask.any(-1, keepdim=True).to(out.dtype)
+        return out.to(dtype), None
     out, w = reference.sparse_attention(
         q, k, v, mask, selection, k_top, ratio, dropout, reweight=reweight
     )
