@@ -65,3 +65,21 @@ def close_figures():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+@pytest.fixture
+def kernel_draws(monkeypatch) -> list[torch.Tensor]:
+    """The dropout keep masks the CPU attention kernels draw (one per query block, in block
+    order), recorded so that a reference given the same draws can be compared with them."""
+    import kt_lib.nn.cpu as cpu_kernels
+    import kt_lib.nn.dropout as drop
+
+    draws: list[torch.Tensor] = []
+
+    def recording(out, p):
+        scale = drop.draw_keep(out, p)
+        draws.append(out.clone())
+        return scale
+
+    monkeypatch.setattr(cpu_kernels, "draw_keep", recording)
+    return draws

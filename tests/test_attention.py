@@ -108,24 +108,13 @@ def test_attend_backends_equal_reference(backend, mask_kind, L):
         assert (ref.detach()[empty.expand(B, H, L)] == 0).all()
 
 
-def _record_draws(monkeypatch) -> list[torch.Tensor]:
-    """The keep masks the CPU kernels draw (one per query block, in block order)."""
-    draws = []
-
-    def recording(out, p):
-        scale = drop.draw_keep(out, p)
-        draws.append(out.clone())
-        return scale
-
-    monkeypatch.setattr(cpu_kernels, "draw_keep", recording)
-    return draws
-
-
 @pytest.mark.parametrize("mask_kind", ["none", "strict", "ragged", "long"])
-def test_cpu_dropout_kernel_equals_reference_with_the_same_draws(mask_kind, monkeypatch):
+def test_cpu_dropout_kernel_equals_reference_with_the_same_draws(
+    mask_kind, monkeypatch, kernel_draws
+):
     """The query-blocked, batch-chunked CPU kernel draws one keep mask per query block: record
     them, and the reference with those draws gives the same outputs and gradients."""
-    draws = _record_draws(monkeypatch)
+    draws = kernel_draws
     B, H, L, Dh, p = 3, 2, 7, 4, 0.3
     if mask_kind == "long":  # several query blocks and several batch chunks per block
         B, L = 5, 150
@@ -230,8 +219,8 @@ def test_monotonic_backends_equal_reference(
 
 
 @pytest.mark.parametrize("backend", FAST)
-def test_monotonic_dropout_equals_reference_with_the_same_draws(backend, monkeypatch):
-    draws = _record_draws(monkeypatch)
+def test_monotonic_dropout_equals_reference_with_the_same_draws(backend, monkeypatch, kernel_draws):
+    draws = kernel_draws
     monkeypatch.setattr(cpu_kernels, "QUERY_BLOCK", 4)  # cpu: 3 blocks of query rows
     B, H, L, Dh, p = 3, 4, 9, 5, 0.3
     q, k, v, gamma = _leaves((B, H, L, Dh), (B, H, L, Dh), (B, H, L, Dh), (H,))

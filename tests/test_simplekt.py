@@ -169,18 +169,13 @@ def test_sparse_attention_gradients_are_the_renormalised_weights():
     "selection, k, ratio", [("topk", 3, 0.0), ("topk", 1, 0.0), ("soft", 0, 0.6)]
 )
 @pytest.mark.parametrize("p", [0.0, 0.3])
-def test_cpu_sparse_kernel_equals_the_reference(selection, k, ratio, p, L, monkeypatch):
+def test_cpu_sparse_kernel_equals_the_reference(
+    selection, k, ratio, p, L, monkeypatch, kernel_draws
+):
     """The fused CPU kernel (query blocks, batch chunks, the selection per chunk, fast dropout)
     against reference.sparse_attention with the kernel's own dropout draws: outputs and
     gradients; also with every key readable (mask None)."""
-    draws = []
-
-    def recording(out, rate):
-        scale = drop.draw_keep(out, rate)
-        draws.append(out.clone())
-        return scale
-
-    monkeypatch.setattr(cpu_kernels, "draw_keep", recording)
+    draws = kernel_draws
     monkeypatch.setattr(cpu_kernels, "CHUNK_ELEMS", 2 * 3 * 60 * 150)  # two rows a chunk
     B = 5
     q, kk, v, mask = _heads(B=B, L=L, seed=3)
