@@ -392,6 +392,11 @@ def test_fast_dropout_rate_scale_and_gradients():
     drop.draw_keep(as_float, 0.05)  # the same draw, as 0./1. floats
     assert torch.equal(as_float, keep.float())
     assert drop.draw_keep(keep, 0.0) == 1.0 and keep.all()
+    # each int64 draw feeds four elements: every 16-bit lane keeps at the rate asked
+    half = torch.empty(400_000, dtype=torch.bool)
+    drop.draw_keep(half, 0.5)
+    for lane in range(4):
+        assert abs(half[lane::4].float().mean().item() - 0.5) < 0.005, lane
     x = torch.randn(6, 7, dtype=torch.float64, requires_grad=True)
     for module in (drop.Dropout(0.3), drop.ReLUDropout(0.3), drop.ReLUDropout(0.0)):
         module.train()
