@@ -89,6 +89,68 @@ def test_hop_lstm_matches_a_per_student_loop_outputs_and_gradients():
     assert torch.allclose(m(x, chain), lstm(x, tuple(t.contiguous() for t in init))[0])
 
 
+def _pykt_hop_lstm(m: HopLSTM, x, source):
+    """pyKT's Hop-LSTM loop as pyKT writes it (skvmn.py 460-472): one hx for the batch, written
+    in place where a step hops; hx is the very tensor stored for the step before."""
+    B, L, _ = x.shape
+    hx, cx = m.h0.repeat(B, 1), m.c0.repeat(B, 1)
+    hidden, cells = [], []
+    for i in range(L):
+        for j in range(B):
+            s = int(source[j, i])
+            if 0 <= s < i:  # pyKT lists every earlier match (s = i - 1 writes hx onto itself)
+                hx[j, :] = hidden[s][j]
+                cx = cx.clone()
+                cx[j, :] = cells[s][j]
+        hx, cx = m.cell(x[:, i], (hx, cx))
+        hidden.append(hx)
+        cells.append(cx)
+    return torch.stack(hidden, dim=1)
+
+
+def test_hop_lstm_overwrite_is_pykts_in_place_write():
+    """`overwrite=True` (the `hidden_overwrite` diagnostic) equals pyKT's loop, outputs and
+    gradients, where hops reach back past the step before, chains of them included; without
+    it, only the steps before a long hop differ."""
+    torch.manual_seed(4)
+    B, L, d_in, H = 3, 9, 4, 5
+    m = HopLSTM(d_in, H).double()
+    x = torch.randn(B, L, d_in, dtype=torch.float64, requires_grad=True)
+    source = torch.tensor(
+        [[-1, 0, 1, 2, 3, 4, 5, 6, 7], [-1, 0, 0, 2, 1, 4, 3, 3, 7], [-1, 0, 1, 0, 3, 0, 2, 6, 1]]
+    )
+    fast = m(x, source, overwrite=True)
+    slow = _pykt_hop_lstm(m, x, source)
+    assert torch.allclose(fast, slow, atol=1e-12)
+    g = torch.randn_like(fast)
+    params = [x, *m.parameters()]
+    for gf, gs in zip(
+        torch.autograd.grad((fast * g).sum(), params),
+        torch.autograd.grad((slow * g).sum(), params),
+        strict=True,
+    ):
+        assert torch.allclose(gf, gs, atol=1e-10)
+    plain = m(x, source)
+    differs = (plain - fast).abs().amax(-1) > 1e-12  # [B, L]
+    before_long_hop = torch.zeros(B, L, dtype=torch.bool)
+    before_long_hop[:, :-1] = source[:, 1:] < torch.arange(L - 1)
+    assert torch.equal(differs[0], torch.zeros(L, dtype=torch.bool))  # never hops back
+    assert differs[before_long_hop].all()
+
+
+def test_hidden_overwrite_reads_the_next_question_and_the_audit_says_so():
+    torch.manual_seed(5)
+    b = Batch(
+        q=torch.tensor([[0, 1, 2, 1, 3, 0, 4]]),
+        r=torch.tensor([[1, 0, 1, 1, 0, 0, 1]]),
+        mask=torch.ones(1, 7, dtype=torch.bool),
+    )
+    for overwrite, causal in ((False, True), (True, False)):
+        torch.manual_seed(5)
+        model = build_model("skvmn", preset="tiny", num_c=6, hidden_overwrite=overwrite).eval()
+        assert audit_causality(model, b, steps=list(range(7)), trials=4).passed is causal
+
+
 def test_hop_lstm_gradcheck():
     torch.manual_seed(2)
     m = HopLSTM(2, 3).double()

@@ -14,7 +14,8 @@ before t chosen by the questions at steps <= t (never r_t).
 Deviations from pyKT's code (the authors released none that we found):
 - pyKT overwrites its hidden state in place (`hx[j,:] = hidden_state[...]` on the tensor it
   stored for step t-1), so step t-1's prediction becomes step s(t)'s and reads q_t; ours keeps
-  every step's own output;
+  every step's own output. `hidden_overwrite: true` reproduces pyKT's write (a diagnostic for
+  the reproduction study, which reads the future: the causality audit refuses it);
 - vectorised over the batch (pyKT loops over batch and time); padded steps write nothing and are
   never hop targets.
 """
@@ -49,6 +50,9 @@ class SKVMNConfig(DKVMNConfig):
     tri_c: float = 1.0  # membership falls back to 0 at w = c
     level_low: float = 0.1  # identity 1 from this membership on
     level_high: float = 0.6  # identity 2 from this membership on
+    # pyKT's in-place write (docs/baselines.md): step t-1's stored h, and so its prediction,
+    # becomes step s(t)'s where step t hops further back. Reads q_t at t-1: a diagnostic only
+    hidden_overwrite: bool = False
 
     PRESETS = {
         "tiny": {"d_key": 8, "d_value": 12, "d_summary": 8, "n_slots": 4, "d_hidden": 8},
@@ -102,20 +106,37 @@ class HopLSTM(nn.Module):
         nn.init.kaiming_normal_(self.h0)  # learned initial state, as pyKT
         nn.init.kaiming_normal_(self.c0)
 
-    def forward(self, x: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
-        """x [B, L, Din], source [B, L] (s(t), -1 for the initial state) -> h [B, L, H]."""
+    def forward(
+        self, x: torch.Tensor, source: torch.Tensor, overwrite: bool = False
+    ) -> torch.Tensor:
+        """x [B, L, Din], source [B, L] (s(t), -1 for the initial state) -> h [B, L, H].
+
+        `overwrite` reproduces pyKT's in-place write: where step t hops further back than t - 1,
+        the h stored for step t - 1 (its output, and what later hops to t - 1 read; not its c,
+        which pyKT clones first) becomes the hop's h. Each stored h is written at most once, by
+        the next step, so the written states go to L fresh bank slots (step j's: L + 2 + j), and
+        a hop to j <= t - 2 reads that slot."""
         B, L, _ = x.shape
         cell, H = self.cell, self.cell.hidden_size
         gx = F.linear(x, cell.weight_ih, cell.bias_ih + cell.bias_hh)  # [B, L, 4H], all steps
-        rows = (source + 1).T.contiguous()  # [L, B] bank rows read at each step
+        src = source.T  # [L, B]
+        rows = (src + 1).contiguous()  # [L, B] bank rows read at each step
+        if overwrite:
+            before = torch.arange(L, device=src.device).view(L, 1) - 1  # t - 1
+            hop = src < before  # [L, B]: pyKT writes over step t - 1's stored h
+            rows = torch.where(src < before, L + 2 + src, src + 1).contiguous()
         gx_t = gx.unbind(1)  # per-step views (one gradient stack in the backward)
         h0, c0 = self.h0.expand(B, H), self.c0.expand(B, H)
         hc0 = torch.cat([h0, c0], -1)  # [B, 2H]: a slot holds (h, c)
-        bank = StateBank(L, hc0)
+        bank = StateBank(2 * L if overwrite else L, hc0)
         token = bank.store(hc0.new_zeros(()), 0, hc0)
         hs = []
+        c = c0
         for t in range(L):
             h_prev, c_prev = bank.load(token, rows[t]).split(H, dim=-1)  # [B, H] each
+            if overwrite and t > 0:  # step t - 1's h as pyKT leaves it; its c stays
+                hs[t - 1] = torch.where(hop[t].unsqueeze(-1), h_prev, hs[t - 1])
+                token = bank.store(token, L + 1 + t, torch.cat([hs[t - 1], c], -1))
             gates = torch.addmm(gx_t[t], h_prev, cell.weight_hh.T)  # [B, 4H]
             i, f, g, o = gates.chunk(4, dim=-1)  # nn.LSTMCell's gate order
             c = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(g)
@@ -174,7 +195,7 @@ class SKVMN(DKVMN):
         f = torch.stack(fs, dim=1)  # [B, L, Df]
         with torch.no_grad():
             source = hop_sources(identity_vectors(w, c), batch.mask)  # [B, L]
-        h = self.hop_lstm(f, source)  # [B, L, H]
+        h = self.hop_lstm(f, source, c.hidden_overwrite)  # [B, L, H]
         return SequentialState(f=f, k=k, w=w, source=source, h=h)
 
     def maps(self, s: SequentialState) -> dict[str, torch.Tensor]:

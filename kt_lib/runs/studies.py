@@ -59,9 +59,17 @@ _BASELINE_VARIANTS = {
     # docs/baselines.md): the same models at 1e-4 (RobustKT's authors' rate) test why
     "extrakt_lr1e-4": {"model": "extrakt", "lr": 1e-4},
     "robustkt_lr1e-4": {"model": "robustkt", "lr": 1e-4},
+    # SKVMN with pyKT's in-place hidden-state write: does that defect explain SKVMN's gap?
+    "skvmn_pykt_write": {"model": "skvmn", "hidden_overwrite": True},
 }
 # the baselines study's diagnostics: rows that test a reproduction, not the leaderboard's models
-_DIAGNOSTICS = ("atkt_pykt", "sparsekt_topk_pykt", "extrakt_lr1e-4", "robustkt_lr1e-4")
+_DIAGNOSTICS = (
+    "atkt_pykt",
+    "sparsekt_topk_pykt",
+    "extrakt_lr1e-4",
+    "robustkt_lr1e-4",
+    "skvmn_pykt_write",
+)
 SKILL_BASELINES = (
     "deep_irt",
     "dkvmn",
@@ -87,6 +95,7 @@ SKILL_BASELINES = (
     "robustkt",
     "extrakt_lr1e-4",
     "robustkt_lr1e-4",
+    "skvmn_pykt_write",
 )
 PID_BASELINES = ("qdkt", "dimkt", "atdkt", "iekt", "rekt")
 # the seeds' own questions, asked again on the leaderboard's folds: SimAKT against its
