@@ -147,11 +147,11 @@ class _MonotonicCore(torch.autograd.Function):
     - query blocks: each block of query rows only computes the keys some of its queries see;
     - batch chunks: inside a block, a few batch rows at a time go through the whole chain -
       score matmul, elementwise ops in place (`out=`), value matmul - while in cache;
-    - per block, backward keeps the weights W, the dropout's keep mask (0/1), the decay
-      and s3 * (-y) (decayed scores times -theta * dist, zero where the decay clamp is active:
-      it carries the gradient of theta), taken from `POOL`; backward recomputes the rest per
-      chunk. With dropout, dW = dP * keep / (1 - p) and W * keep / (1 - p) = P, so
-      ds = P * dP - W * sum_j(P * dP).
+    - per block, backward keeps the weights W, the dropped weights P = W * keep / (1 - p)
+      (the keep mask's buffer, multiplied in place), the decay and s3 * (-y) (decayed scores
+      times -theta * dist, zero where the decay clamp is active: it carries the gradient of
+      theta), taken from `POOL`; backward recomputes the rest per chunk. With dropout,
+      dW = dP * keep / (1 - p), so ds = P * dP - W * sum_j(P * dP).
     Forward and gradients match the plain autograd formula (tests/test_akt_idkt.py).
     """
 
@@ -208,10 +208,9 @@ class _MonotonicCore(torch.autograd.Function):
                 torch.mul(a, m, out=AY[b0:b1])
                 wts = W[b0:b1]
                 torch.softmax(a, -1, out=wts)
-                if keep is not None:
+                if keep is not None:  # the keep mask's buffer becomes P, kept for backward
                     scale = draw_keep(keep[b0:b1], p)
-                    torch.mul(wts, keep[b0:b1], out=w).mul_(scale)  # P
-                    wts = w
+                    wts = keep[b0:b1].mul_(wts).mul_(scale)  # P
                 out[b0:b1, :, l0:l1] = wts @ v[b0:b1, :, :s1]
             POOL.give(*work)
             if full_w is not None:
@@ -246,20 +245,17 @@ class _MonotonicCore(torch.autograd.Function):
         for i, (l0, l1, s1) in enumerate(ctx.blocks):
             if s1 == 0:
                 continue
-            W, D, AY, keep = saved[4 * i : 4 * i + 4]
+            W, D, AY, P = saved[4 * i : 4 * i + 4]
             shape = W.shape
             rows, chunks = (B, [(0, B)]) if ctx.whole else _chunks(B, H * (l1 - l0) * s1)
-            work = [POOL.take((rows, *shape[1:]), W) for _ in range(3)]
+            work = [POOL.take((rows, *shape[1:]), W) for _ in range(2)]
             for b0, b1 in chunks:
                 n = b1 - b0
-                g, w, pw = (x[:n] for x in work)
+                g, w = (x[:n] for x in work)
                 go, kc, vc = g_out[b0:b1, :, l0:l1], k[b0:b1, :, :s1], v[b0:b1, :, :s1]
                 torch.bmm(_bh(go), _bh(vc).mT, out=_bh(g))  # d loss / d P
                 wts = W[b0:b1]
-                if p > 0:
-                    torch.mul(wts, keep[b0:b1], out=pw).mul_(ctx.scale)  # P again
-                else:
-                    pw = wts
+                pw = P[b0:b1] if p > 0 else wts
                 gv[b0:b1, :, :s1] += pw.transpose(-2, -1) @ go
                 torch.mul(pw, g, out=w)
                 rowsum = w.sum(-1, keepdim=True)
@@ -284,8 +280,9 @@ class _DropoutAttention(torch.autograd.Function):
     - query blocks (`_query_blocks`, as AKT's kernel): each block of query rows only computes
       the keys some of its queries may read, so a causal mask skips ~40% of the work at L = 200;
     - batch chunks inside a block keep the elementwise passes in cache;
-    - keeps the weights W and the 0/1 keep mask per block (scratch from the buffer pool); the
-      dropout scale 1 / (1 - p) is applied to the [L, Dh] output, not to [L, S] tensors;
+    - keeps the weights W and the dropped weights P = W * keep per block (scratch from the
+      buffer pool; P is the keep mask's buffer, multiplied in place); the dropout scale
+      1 / (1 - p) is applied to the [L, Dh] output, not to [L, S] tensors;
     - the softmax backward's row sums are g . out (a dot over Dh, not a pass over [L, S]).
     Masked keys get a large finite negative score; a row without any visible key comes out
     finite (uniform) and the caller zeroes it. One backward per forward.
@@ -324,9 +321,9 @@ class _DropoutAttention(torch.autograd.Function):
                 saved += [qs.new_empty(0)] * 2
                 continue
             W = POOL.take(shape, q)
-            keep = POOL.take(shape, q) if p > 0 else None
-            if keep is not None:
-                scale = draw_keep(keep, p)  # 0/1; the scale goes onto the output
+            P = POOL.take(shape, q) if p > 0 else None  # the keep mask, then the dropped W
+            if P is not None:
+                scale = draw_keep(P, p)  # 0/1; the scale goes onto the output
             bias_b = None if bias is None else bias[..., l0:l1, :s1]
             rows, chunks = _chunks(B, H * (l1 - l0) * s1)
             work = POOL.take((rows, *shape[1:]), q)
@@ -339,11 +336,11 @@ class _DropoutAttention(torch.autograd.Function):
                 if select is not None:  # renormalised over the kept keys
                     w.mul_(select(w, _rows(mask, b0, b1)[..., l0:l1, :s1]))
                     w.div_(w.sum(-1, keepdim=True).clamp_min_(torch.finfo(w.dtype).tiny))
-                if keep is not None:
-                    w = torch.mul(w, keep[b0:b1], out=a)  # dropped weights (unscaled)
+                if P is not None:
+                    w = P[b0:b1].mul_(w)  # dropped weights (unscaled), kept for backward
                 out[b0:b1, :, l0:l1] = w @ v[b0:b1, :, :s1]
             POOL.give(work)
-            saved += [W, keep if keep is not None else W.new_empty(0)]
+            saved += [W, P if P is not None else W.new_empty(0)]
         out.mul_(scale)
         if any(ctx.needs_input_grad):
             ctx.save_for_backward(qs, k, v, out, *saved)
@@ -368,24 +365,20 @@ class _DropoutAttention(torch.autograd.Function):
         for i, (l0, l1, s1) in enumerate(ctx.blocks):
             if s1 == 0:
                 continue
-            W, keep = saved[2 * i : 2 * i + 2]
+            W, P = saved[2 * i : 2 * i + 2]
             rows, chunks = _chunks(qs.shape[0], W[0].numel())
-            work = [POOL.take((rows, *W.shape[1:]), W) for _ in range(2)]
+            work = POOL.take((rows, *W.shape[1:]), W)
             for b0, b1 in chunks:
-                t, pw = (x[: b1 - b0] for x in work)
+                t = work[: b1 - b0]
                 go, kc, vc = gs[b0:b1, :, l0:l1], k[b0:b1, :, :s1], v[b0:b1, :, :s1]
-                if keep.numel():
-                    torch.mul(W[b0:b1], keep[b0:b1], out=pw)
-                else:  # no dropout
-                    pw = W[b0:b1]
+                pw = P[b0:b1] if P.numel() else W[b0:b1]  # dropped weights (W: no dropout)
                 g_v[b0:b1, :, :s1] += pw.mT @ go
                 torch.bmm(_bh(go), _bh(vc).mT, out=_bh(t))  # d loss / d dropped weights
-                if keep.numel():
-                    t.mul_(keep[b0:b1])
-                t.sub_(dot[b0:b1, :, l0:l1]).mul_(W[b0:b1])  # -> scores
+                # -> scores: W (keep t - dot) = P t - W dot
+                t.mul_(pw).addcmul_(W[b0:b1], dot[b0:b1, :, l0:l1], value=-1.0)
                 g_q[b0:b1, :, l0:l1] = t @ kc
                 g_k[b0:b1, :, :s1] += t.mT @ qs[b0:b1, :, l0:l1]
-            POOL.give(*work)
+            POOL.give(work)
         POOL.give(*saved)
         return g_q.mul_(Dh**-0.5), g_k, g_v, None, None, None, None
 
