@@ -174,54 +174,7 @@ def test_parallel_runs_each_checkpoint_under_their_own_prefix(tmp_path, monkeypa
         execute_module.execute([captured[0], captured[0]], execution=ExecConfig(workers=2))
 
 
-def test_cells_cost_a_left_run_from_its_cell_then_its_model_then_every_run():
-    rows = [
-        {"dataset": "a", "model": "dkt", "wall_seconds": 60},
-        {"dataset": "a", "model": "dkt", "wall_seconds": 180},
-        {"dataset": "b", "model": "akt", "wall_seconds": 600},
-    ]
-    left = [
-        {"dataset": "a", "model": "dkt"},  # measured: 2 min
-        {"dataset": "b", "model": "dkt"},  # dkt elsewhere: 2 min
-        {"dataset": "b", "model": "sakt"},  # nothing of sakt: the mean of all, 4.67 min
-        {"dataset": "b", "model": "sakt"},
-    ]
-    got = {(c["dataset"], c["model"]): c for c in studies.cells(rows, left)}
-    assert [k for k in got] == [("a", "dkt"), ("b", "dkt"), ("b", "sakt"), ("b", "akt")]
-    assert (got["a", "dkt"]["done"], got["a", "dkt"]["left"]) == (2, 1)
-    assert got["a", "dkt"]["basis"] == "measured" and got["a", "dkt"]["run_min"] == 2
-    assert got["b", "dkt"]["basis"] == "model" and got["b", "dkt"]["run_min"] == 2
-    assert got["b", "sakt"]["basis"] == "guess"
-    assert got["b", "sakt"]["hours_left"] == pytest.approx(2 * 280 / 3600)
-    assert got["b", "akt"]["left"] == 0 and got["b", "akt"]["hours_left"] == 0
-
-
-def test_a_left_run_costs_what_runs_on_its_device_kind_cost():
-    rows = [
-        {"dataset": "a", "model": "dkt", "wall_seconds": 30, "device_name": "NVIDIA H100"},
-        {"dataset": "a", "model": "dkt", "wall_seconds": 600, "device_name": "Intel Xeon"},
-        {"dataset": "b", "model": "akt", "wall_seconds": 20, "device_name": "NVIDIA H100"},
-    ]
-    assert studies.run_cost(rows, "a", "dkt", "cpu") == (600, "measured")
-    assert studies.run_cost(rows, "a", "dkt", "gpu") == (30, "measured")
-    assert studies.run_cost(rows, "b", "akt", "gpu") == (20, "measured")
-    # no akt run on a CPU: the CPU runs' mean (a guess) before any GPU figure
-    assert studies.run_cost(rows, "b", "akt", "cpu") == (600, "guess")
-    gpu_only = [r for r in rows if "H100" in r["device_name"]]
-    assert studies.run_cost(gpu_only, "b", "akt", "cpu") == (20, "measured on gpu")
-
-
 def test_list_gives_each_study_its_hours_left_per_device_kind(capsys):
-    rows = [
-        {"dataset": "a", "model": "dkt", "wall_seconds": 3600, "device_name": "Intel Xeon"},
-        {"dataset": "a", "model": "akt", "wall_seconds": 360, "device_name": "NVIDIA H100"},
-    ]
-    left = [{"dataset": "a", "model": "dkt"}, {"dataset": "a", "model": "akt"}]
-    assert studies._kind_hours(rows, left, "cpu") == "2.0"  # akt: the CPU runs' mean, a guess
-    assert studies._kind_hours(rows, left, "gpu") == "0.2"
-    assert studies._kind_hours(rows[:1], left, "gpu") == "?"
-    assert studies._kind_hours(rows[:1], left, "gpu", pool=rows[1:]) == "0.2~"  # borrowed
-    assert studies._kind_hours(rows, [], "gpu") == "0"
     studies.main(["list"])
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:5] == ["study", "done", "left", "CPU-h", "left"]

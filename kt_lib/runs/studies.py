@@ -24,8 +24,9 @@ import math
 import sys
 from pathlib import Path
 
-from ..provenance import ROOT, device_kind
+from ..provenance import ROOT
 from .budget import add_tuned_rows
+from .cost import cells, fmt_eta, kind_hours, run_cost
 from .execute import ExecConfig
 from .leaderboard import run_plan
 from .results import read_runs
@@ -287,56 +288,23 @@ def status(
     data_root: str | Path = DATA_ROOT,
     path: str | Path | None = None,
     device: str = "cpu",
+    pool: list[dict] | tuple = (),
 ):
     """(done rows, left plan entries, ETA seconds, or None before any run has finished). A left
-    run costs `run_cost` on `device`'s kind (see there)."""
+    run costs `run_cost` on `device`'s kind (see there; `pool`: the other studies' runs)."""
     rows = [r for r in read_runs(path or study.path) if not r.get("error")]
     have = {r["run_key"] for r in rows if r.get("run_key")}
     left = [p for p in study.plan(data_root) if p["key"] not in have]
     if not rows:
         return rows, left, None
     kind = "gpu" if str(device).startswith("cuda") else "cpu"
-    return rows, left, sum(run_cost(rows, p["dataset"], p["model"], kind)[0] for p in left)
+    return rows, left, sum(run_cost(rows, p["dataset"], p["model"], kind, pool)[0] for p in left)
 
 
-def run_cost(rows: list[dict], dataset: str, model: str, kind: str = "cpu") -> tuple[float, str]:
-    """(seconds, basis) a run of `model` on `dataset` costs on a device of `kind` ("cpu" or
-    "gpu"): the mean wall time of its cell's finished runs ("measured"), else of the model's on
-    other datasets ("model"), else of every finished run ("guess": rough until the model's
-    first run lands), each from runs made on that kind of device. Where no run was made on one,
-    the other kind's figures are used and the basis says so ("measured on gpu"): a GPU run's
-    wall time says little of a CPU's."""
-    for same_kind in (True, False):
-        made = [
-            r for r in rows if (device_kind(str(r.get("device_name", ""))) == kind) == same_kind
-        ]
-        for basis, same in (
-            ("measured", lambda r: (r["dataset"], r["model"]) == (dataset, model)),
-            ("model", lambda r: r["model"] == model),
-            ("guess", lambda r: True),
-        ):
-            walls = [float(r.get("wall_seconds") or 0) for r in made if same(r)]
-            if walls:
-                other = "gpu" if kind == "cpu" else "cpu"
-                return sum(walls) / len(walls), basis + ("" if same_kind else f" on {other}")
-    return math.nan, "guess"
-
-
-def cells(rows: list[dict], left: list[dict], kind: str = "cpu") -> list[dict]:
-    """Per (dataset, model) cell: runs done and left, the cost of one run on a device of `kind`
-    and its basis, and the hours left, in plan order (cells with nothing left last)."""
-    order = list(dict.fromkeys([(p["dataset"], p["model"]) for p in left]
-                               + [(r["dataset"], r["model"]) for r in rows]))  # fmt: skip
-    out = []
-    for dataset, model in order:
-        n_left = sum((p["dataset"], p["model"]) == (dataset, model) for p in left)
-        cost, basis = run_cost(rows, dataset, model, kind) if rows else (math.nan, "guess")
-        done = sum((r["dataset"], r["model"]) == (dataset, model) for r in rows)
-        out.append(
-            dict(dataset=dataset, model=model, done=done, left=n_left, run_min=cost / 60,
-                 basis=basis, hours_left=n_left * cost / 3600)
-        )  # fmt: skip
-    return out
+def other_studies_runs(name: str) -> list[dict]:
+    """The finished runs of every study but `name` (what `run_cost` may borrow from)."""
+    return [r for s in STUDIES.values() if s.name != name
+            for r in read_runs(s.path) if not r.get("error")]  # fmt: skip
 
 
 def run(
@@ -369,27 +337,6 @@ def run(
             progress=progress,
             checkpoint_dir=ckpt,
         )
-
-
-def _kind_hours(rows: list[dict], left: list[dict], kind: str, pool: list[dict] = ()) -> str:
-    """Hours the `left` runs cost on a device of `kind`, from the study's runs made on one, else
-    from `pool` (the other studies' runs on one; the figure then ends in "~"), "?" if none."""
-    if not left:
-        return "0"
-    on = lambda rs: [r for r in rs if device_kind(str(r.get("device_name", ""))) == kind]  # noqa: E731
-    made, mark = on(rows), ""
-    if not made:
-        made, mark = on(pool), "~"
-    if not made:
-        return "?"
-    hours = sum(run_cost(made, p["dataset"], p["model"], kind)[0] for p in left) / 3600
-    return f"{hours:.1f}{mark}"
-
-
-def _fmt_eta(seconds: float | None) -> str:
-    if seconds is None:
-        return "unknown (no finished run yet)"
-    return f"{seconds / 3600:.1f} h from the finished runs' wall times (each cell's basis below)"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -443,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
         pool = [r for rows, _, _ in done.values() for r in rows]
         for s in STUDIES.values():
             rows, left, _ = done[s.name]
-            eta = [_kind_hours(rows, left, kind, pool) for kind in ("cpu", "gpu")]
+            eta = [kind_hours(rows, left, kind, pool) for kind in ("cpu", "gpu")]
             print(f"{s.name:14s} {len(rows):5d} {len(left):5d} {eta[0]:>10s} {eta[1]:>10s}  "
                   f"{s.question}")  # fmt: skip
         print("(hours from the study's finished runs on that kind of device; '~': from the other "
@@ -469,26 +416,27 @@ def main(argv: list[str] | None = None) -> None:
         for page in write_blocks(block, text, pages):
             print(f"wrote {page.relative_to(ROOT)}")
         return
+    pool = other_studies_runs(study.name)
     if a.cmd == "run":
         if a.threads:
             import torch
 
             torch.set_num_threads(a.threads)
-        rows, left, eta = status(study, a.data_root, a.out, a.device)
-        print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
+        rows, left, eta = status(study, a.data_root, a.out, a.device, pool)
+        print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {fmt_eta(eta)}")
         execution = ExecConfig.from_args(a)
         run(study, a.data_root, a.device, execution, a.out, progress=sys.stderr.isatty())
-    rows, left, eta = status(study, a.data_root, a.out, a.device)
+    rows, left, eta = status(study, a.data_root, a.out, a.device, pool)
     # the cells the (narrowed: --models, --first) study plans; costs still read every run
     keys = {p_["key"] for p_ in study.plan(a.data_root)}
     mine = [r for r in rows if r.get("run_key") in keys]
-    print(f"{study.name}: {len(mine)} runs done, {len(left)} left; ETA {_fmt_eta(eta)}")
+    print(f"{study.name}: {len(mine)} runs done, {len(left)} left; ETA {fmt_eta(eta)}")
     print(f"{'dataset':14s} {'model':26s} {'done':>4s} {'left':>4s} {'min/run':>8s} {'h left':>7s}")
     kind = "gpu" if a.device.startswith("cuda") else "cpu"
     planned = {(r["dataset"], r["model"]) for r in mine} | {
         (p_["dataset"], p_["model"]) for p_ in left
     }
-    for c in cells(rows, left, kind):
+    for c in cells(rows, left, kind, pool):
         if (c["dataset"], c["model"]) not in planned:
             continue
         cost = "-" if math.isnan(c["run_min"]) else f"{c['run_min']:.0f}"

@@ -1,0 +1,85 @@
+"""What the runs a study has left cost: per cell, from the wall times of finished runs.
+
+A left run of a (dataset, model) cell costs the mean wall time of the finished runs closest to
+it, on the device kind it will run on (`run_cost`); `cells` tabulates a study's cells for
+`kt study status`, `kind_hours` a study's hours for `kt study list`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..provenance import device_kind
+
+
+def run_cost(
+    rows: list[dict], dataset: str, model: str, kind: str = "cpu", pool: list[dict] | tuple = ()
+) -> tuple[float, str]:
+    """(seconds, basis) a run of `model` on `dataset` costs on a device of `kind` ("cpu" or
+    "gpu"): the mean wall time of its cell's finished runs ("measured"), else of the same cell
+    in another study (`pool`: "other study"), else of the model's on other datasets ("model";
+    "model, other study"), else of every finished run ("guess": rough until the model's first
+    run lands), each from runs made on that kind of device. Where no run was made on one, the
+    other kind's figures are used and the basis says so ("measured on gpu"): a GPU run's wall
+    time says little of a CPU's. A model's runs on another dataset are not scaled to this one."""
+    cell = lambda r: (r["dataset"], r["model"]) == (dataset, model)  # noqa: E731
+    same_model = lambda r: r["model"] == model  # noqa: E731
+    for same_kind in (True, False):
+        made, borrowed = (
+            [r for r in rs if (device_kind(str(r.get("device_name", ""))) == kind) == same_kind]
+            for rs in (rows, pool)
+        )
+        for basis, runs, same in (
+            ("measured", made, cell),
+            ("other study", borrowed, cell),
+            ("model", made, same_model),
+            ("model, other study", borrowed, same_model),
+            ("guess", made, lambda r: True),
+        ):
+            walls = [float(r.get("wall_seconds") or 0) for r in runs if same(r)]
+            if walls:
+                other = "gpu" if kind == "cpu" else "cpu"
+                return sum(walls) / len(walls), basis + ("" if same_kind else f" on {other}")
+    return math.nan, "guess"
+
+
+def cells(
+    rows: list[dict], left: list[dict], kind: str = "cpu", pool: list[dict] | tuple = ()
+) -> list[dict]:
+    """Per (dataset, model) cell: runs done and left, the cost of one run on a device of `kind`
+    (`pool`: the other studies' runs, see `run_cost`) and its basis, and the hours left, in plan
+    order (cells with nothing left last)."""
+    order = list(dict.fromkeys([(p["dataset"], p["model"]) for p in left]
+                               + [(r["dataset"], r["model"]) for r in rows]))  # fmt: skip
+    out = []
+    for dataset, model in order:
+        n_left = sum((p["dataset"], p["model"]) == (dataset, model) for p in left)
+        cost, basis = run_cost(rows, dataset, model, kind, pool) if rows else (math.nan, "guess")
+        done = sum((r["dataset"], r["model"]) == (dataset, model) for r in rows)
+        out.append(
+            dict(dataset=dataset, model=model, done=done, left=n_left, run_min=cost / 60,
+                 basis=basis, hours_left=n_left * cost / 3600)
+        )  # fmt: skip
+    return out
+
+
+def kind_hours(rows: list[dict], left: list[dict], kind: str, pool: list[dict] = ()) -> str:
+    """Hours the `left` runs cost on a device of `kind`: `run_cost` from the study's runs made on
+    one, borrowing from `pool` (the other studies' runs on one) where it says; only from `pool`
+    when the study has no run on one (the figure then ends in "~"); "?" if neither has one."""
+    if not left:
+        return "0"
+    on = lambda rs: [r for r in rs if device_kind(str(r.get("device_name", ""))) == kind]  # noqa: E731
+    made, borrowed, mark = on(rows), on(pool), ""
+    if not made:
+        made, borrowed, mark = borrowed, [], "~"
+    if not made:
+        return "?"
+    hours = sum(run_cost(made, p["dataset"], p["model"], kind, borrowed)[0] for p in left) / 3600
+    return f"{hours:.1f}{mark}"
+
+
+def fmt_eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "unknown (no finished run yet)"
+    return f"{seconds / 3600:.1f} h from the finished runs' wall times (each cell's basis below)"

@@ -1,0 +1,79 @@
+"""kt_lib.runs.cost: what a left run costs, from its cell, its model, the other studies, or
+every run, on the device kind it will run on."""
+
+from __future__ import annotations
+
+import pytest
+
+from kt_lib.runs import cost
+
+
+def test_cells_cost_a_left_run_from_its_cell_then_its_model_then_every_run():
+    rows = [
+        {"dataset": "a", "model": "dkt", "wall_seconds": 60},
+        {"dataset": "a", "model": "dkt", "wall_seconds": 180},
+        {"dataset": "b", "model": "akt", "wall_seconds": 600},
+    ]
+    left = [
+        {"dataset": "a", "model": "dkt"},  # measured: 2 min
+        {"dataset": "b", "model": "dkt"},  # dkt elsewhere: 2 min
+        {"dataset": "b", "model": "sakt"},  # nothing of sakt: the mean of all, 4.67 min
+        {"dataset": "b", "model": "sakt"},
+    ]
+    got = {(c["dataset"], c["model"]): c for c in cost.cells(rows, left)}
+    assert [k for k in got] == [("a", "dkt"), ("b", "dkt"), ("b", "sakt"), ("b", "akt")]
+    assert (got["a", "dkt"]["done"], got["a", "dkt"]["left"]) == (2, 1)
+    assert got["a", "dkt"]["basis"] == "measured" and got["a", "dkt"]["run_min"] == 2
+    assert got["b", "dkt"]["basis"] == "model" and got["b", "dkt"]["run_min"] == 2
+    assert got["b", "sakt"]["basis"] == "guess"
+    assert got["b", "sakt"]["hours_left"] == pytest.approx(2 * 280 / 3600)
+    assert got["b", "akt"]["left"] == 0 and got["b", "akt"]["hours_left"] == 0
+
+
+def test_a_left_run_costs_what_runs_on_its_device_kind_cost():
+    rows = [
+        {"dataset": "a", "model": "dkt", "wall_seconds": 30, "device_name": "NVIDIA H100"},
+        {"dataset": "a", "model": "dkt", "wall_seconds": 600, "device_name": "Intel Xeon"},
+        {"dataset": "b", "model": "akt", "wall_seconds": 20, "device_name": "NVIDIA H100"},
+    ]
+    assert cost.run_cost(rows, "a", "dkt", "cpu") == (600, "measured")
+    assert cost.run_cost(rows, "a", "dkt", "gpu") == (30, "measured")
+    assert cost.run_cost(rows, "b", "akt", "gpu") == (20, "measured")
+    # no akt run on a CPU: the CPU runs' mean (a guess) before any GPU figure
+    assert cost.run_cost(rows, "b", "akt", "cpu") == (600, "guess")
+    gpu_only = [r for r in rows if "H100" in r["device_name"]]
+    assert cost.run_cost(gpu_only, "b", "akt", "cpu") == (20, "measured on gpu")
+
+
+def test_a_cell_borrows_from_the_other_studies_before_guessing():
+    """The same cell in another study (the baselines' ASSIST2015 runs for the leaderboard's),
+    then the model there on another dataset, before the mean of everything: stableKT's 116
+    CPU-minutes, not the leaderboard's 9-minute mean."""
+    rows = [{"dataset": "a", "model": "dkt", "wall_seconds": 60, "device_name": "Intel Xeon"}]
+    pool = [
+        {"dataset": "b", "model": "stablekt", "wall_seconds": 7000, "device_name": "Intel Xeon"},
+        {"dataset": "c", "model": "stablekt", "wall_seconds": 3000, "device_name": "AMD EPYC"},
+        {"dataset": "b", "model": "gkt", "wall_seconds": 90, "device_name": "NVIDIA H200"},
+    ]
+    assert cost.run_cost(rows, "b", "stablekt", "cpu", pool) == (7000, "other study")
+    assert cost.run_cost(rows, "d", "stablekt", "cpu", pool) == (5000, "model, other study")
+    assert cost.run_cost(rows, "a", "dkt", "cpu", pool) == (60, "measured")  # its own first
+    assert cost.run_cost(rows, "b", "gkt", "cpu", pool) == (60, "guess")  # a GPU's says little
+    assert cost.run_cost(rows, "b", "gkt", "gpu", pool) == (90, "other study")
+    got = {c["model"]: c for c in cost.cells(rows, [{"dataset": "b", "model": "stablekt"}],
+                                             "cpu", pool)}  # fmt: skip
+    assert got["stablekt"]["basis"] == "other study"
+    assert got["stablekt"]["hours_left"] == pytest.approx(7000 / 3600)
+
+
+def test_kind_hours_of_a_study_per_device_kind():
+    rows = [
+        {"dataset": "a", "model": "dkt", "wall_seconds": 3600, "device_name": "Intel Xeon"},
+        {"dataset": "a", "model": "akt", "wall_seconds": 360, "device_name": "NVIDIA H100"},
+    ]
+    left = [{"dataset": "a", "model": "dkt"}, {"dataset": "a", "model": "akt"}]
+    assert cost.kind_hours(rows, left, "cpu") == "2.0"  # akt: the CPU runs' mean, a guess
+    assert cost.kind_hours(rows, left, "gpu") == "0.2"
+    assert cost.kind_hours(rows[:1], left, "gpu") == "?"
+    assert cost.kind_hours(rows[:1], left, "gpu", pool=rows[1:]) == "0.2~"  # borrowed
+    assert cost.kind_hours(rows, [], "gpu") == "0"
