@@ -92,7 +92,7 @@ def test_a_search_resumes_and_its_best_become_the_tuned_study(tmp_path):
 
 
 def test_tuned_rows_join_a_study_as_a_last_part_paired_with_their_models():
-    base = studies.get("ordinal_oulad")
+    base = studies.DECLARED["ordinal_oulad"]  # without the tuned rows of results/ (if any)
     variants = {"dkt_gpcm_tuned": {"model": "dkt_gpcm", "lr": 2e-3, "d": 64}}
     grown = budget.with_tuned_rows(base, variants)
     assert grown.parts[:-1] == base.parts
@@ -150,6 +150,6 @@ def test_the_sparsekt_budget_searches_pykts_own_sweep_and_joins_the_baselines():
         assert model.config.selection == label.removeprefix("sparsekt_")
         assert model.config.n_blocks == settings["n_blocks"] and model.config.d == settings["d"]
     variants = {"sparsekt_topk_tuned": {"model": "sparsekt", "lr": 1e-4, "selection": "topk"}}
-    grown = budget.with_tuned_rows(studies.get("baselines"), variants)
+    grown = budget.with_tuned_rows(studies.DECLARED["baselines"], variants)
     assert grown.parts[-1].datasets == (("assist2015", "pykt"),)
     assert grown.pairs[-1] == ("sparsekt_topk_tuned", "sparsekt_topk")  # its untuned row

@@ -131,7 +131,8 @@ _SEED_MODELS = (
 )
 
 
-STUDIES = {
+# the studies as declared; STUDIES adds the tuned rows of any tuning file in results/
+DECLARED = {
     s.name: s
     for s in [
         Study(
@@ -274,7 +275,7 @@ STUDIES = {
 }
 
 
-STUDIES = add_tuned_rows(STUDIES)
+STUDIES = add_tuned_rows(DECLARED)
 
 
 def get(name: str) -> Study:
