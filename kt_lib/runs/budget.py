@@ -5,9 +5,9 @@ configuration of each then trains as a labelled variant (`<label>_tuned`, its le
 included) in a study of record, paired.
 
     kt budget search simakt [--trials 20] [--labels dtransformer ...] [--device cuda]
-    kt budget best simakt              # results/simakt_tuning.json -> the simakt_tuned study
+    kt budget best simakt              # results/tuning/simakt.json -> the simakt_tuned study
     kt budget search ordinal           # seed 002's phase 2 on OULAD K = 5
-    kt budget best ordinal             # results/ordinal_tuning.json -> ordinal_oulad's _tuned rows
+    kt budget best ordinal             # results/tuning/ordinal.json -> ordinal_oulad's _tuned rows
     kt budget search sparsekt          # pyKT's own sweep space, ASSIST2015 fold 0
 
 `simakt` (seed 000): DTransformer, SimAKT without its inter-student heads and the three presets on
@@ -136,7 +136,7 @@ class Budget:
 
     @property
     def file(self) -> Path:
-        return RESULTS / f"{self.name}_tuning.json"
+        return RESULTS / "tuning" / f"{self.name}.json"  # not results/*.json: those are runs
 
     @property
     def storage(self) -> str:
@@ -354,7 +354,7 @@ def with_tuned_rows(study: Study, variants: dict[str, dict]) -> Study:
 
 def add_tuned_rows(studies: dict[str, Study]) -> dict[str, Study]:
     """`studies` with the tuned rows, once `kt budget best NAME` has written
-    results/NAME_tuning.json. A file that no longer parses (a field a model lost) is named in a
+    results/tuning/NAME.json. A file that no longer parses (a field a model lost) is named in a
     warning and its rows left out: the other studies stay usable."""
     out = dict(studies)
     joins = {"ordinal": "ordinal_oulad", "sparsekt": "baselines"}  # study the tuned rows join
@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> None:
     b = sub.add_parser("best", help="write each label's best configuration")
     b.add_argument("budget", choices=sorted(BUDGETS))
     b.add_argument("--storage", default=None)
-    b.add_argument("--out", default=None, help="default results/<budget>_tuning.json")
+    b.add_argument("--out", default=None, help="default results/tuning/<budget>.json")
     a = p.parse_args(argv)
     budget = BUDGETS[a.budget]
     if a.cmd == "search":
