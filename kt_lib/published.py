@@ -72,6 +72,7 @@ PUBLISHED: tuple[PublishedResult, ...] = (
             ("deep_irt", 0.7219),
             ("gkt", 0.7258),
             ("skvmn", 0.7080),
+            ("skvmn_pykt_write", 0.7080),  # the same figure: our SKVMN with pyKT's in-place write
             ("saint", 0.7026),
         )
     ),
