@@ -61,6 +61,17 @@ def _loop_hop_lstm(m: HopLSTM, x, source):
     return torch.stack(out)
 
 
+def _assert_same_outputs_and_gradients(fast, slow, params):
+    assert torch.allclose(fast, slow, atol=1e-12)
+    g = torch.randn_like(fast)
+    for gf, gs in zip(
+        torch.autograd.grad((fast * g).sum(), params),
+        torch.autograd.grad((slow * g).sum(), params),
+        strict=True,
+    ):
+        assert torch.allclose(gf, gs, atol=1e-10)
+
+
 def test_hop_lstm_matches_a_per_student_loop_outputs_and_gradients():
     torch.manual_seed(1)
     B, L, d_in, H = 3, 9, 4, 5
@@ -71,15 +82,7 @@ def test_hop_lstm_matches_a_per_student_loop_outputs_and_gradients():
     )
     fast = m(x, source)
     slow = _loop_hop_lstm(m, x, source)
-    assert torch.allclose(fast, slow, atol=1e-12)
-    g = torch.randn_like(fast)
-    params = [x, *m.parameters()]
-    for gf, gs in zip(
-        torch.autograd.grad((fast * g).sum(), params),
-        torch.autograd.grad((slow * g).sum(), params),
-        strict=True,
-    ):
-        assert torch.allclose(gf, gs, atol=1e-10)
+    _assert_same_outputs_and_gradients(fast, slow, [x, *m.parameters()])
     # without hops it is a plain LSTM from the learned initial state
     lstm = nn.LSTM(d_in, H, batch_first=True).double()
     for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
@@ -121,15 +124,7 @@ def test_hop_lstm_overwrite_is_pykts_in_place_write():
     )
     fast = m(x, source, overwrite=True)
     slow = _pykt_hop_lstm(m, x, source)
-    assert torch.allclose(fast, slow, atol=1e-12)
-    g = torch.randn_like(fast)
-    params = [x, *m.parameters()]
-    for gf, gs in zip(
-        torch.autograd.grad((fast * g).sum(), params),
-        torch.autograd.grad((slow * g).sum(), params),
-        strict=True,
-    ):
-        assert torch.allclose(gf, gs, atol=1e-10)
+    _assert_same_outputs_and_gradients(fast, slow, [x, *m.parameters()])
     plain = m(x, source)
     differs = (plain - fast).abs().amax(-1) > 1e-12  # [B, L]
     before_long_hop = torch.zeros(B, L, dtype=torch.bool)
