@@ -30,7 +30,7 @@ from ..provenance import ROOT
 COMMANDS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "prepare": ("kt_lib.data.__main__", ("prepare",), "raw downloads -> the workbook's layouts"),
     "run": ("kt_lib.runs.experiment", (), "one experiment: train registered models, test once"),
-    "study": ("kt_lib.runs.studies", (), "the studies of record: list, status, run, render"),
+    "study": ("kt_lib.runs.studies", (), "the studies of record: list, status, run, park, render"),
     "leaderboard": ("kt_lib.runs.leaderboard", (), "results files as one table, paired tests"),
     "budget": ("kt_lib.runs.budget", (), "seed 000's equal tuning budget: search, best"),
     "memory": ("kt_lib.cli.memory", (), "build SimAKT's memory banks once per dataset"),

@@ -146,11 +146,16 @@ def _drop_checkpoint(prefix: str) -> None:
         f.unlink(missing_ok=True)
 
 
+def checkpoint_name(run_key: str) -> str:
+    """The file name of a run's epoch checkpoint prefix (no dots: those start suffixes)."""
+    return "".join(c if c.isalnum() or c in "-=" else "_" for c in run_key)
+
+
 def _with_checkpoint(run: PlannedRun, checkpoint_dir) -> PlannedRun:
     """The run with its own checkpoint prefix under `checkpoint_dir` (None: as it is)."""
     if checkpoint_dir is None:
         return run
-    name = "".join(c if c.isalnum() or c in "-=" else "_" for c in run.key)  # no dots: suffixes
+    name = checkpoint_name(run.key)
     train = replace(run.spec.train, checkpoint=str(Path(checkpoint_dir) / name), resume=True)
     return replace(run, spec=replace(run.spec, train=train))
 

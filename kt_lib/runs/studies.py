@@ -28,8 +28,9 @@ from ..provenance import ROOT
 from .budget import add_tuned_rows
 from .cost import cells, fmt_eta, kind_hours, run_cost
 from .execute import ExecConfig
-from .leaderboard import run_plan
-from .results import read_runs
+from .leaderboard import checkpoint_name, run_plan
+from .parking import PARKED, park, parked, unpark
+from .results import finished_runs, read_runs
 from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study  # noqa: F401
 from .study_render import render, render_summary, write_blocks
 
@@ -316,13 +317,17 @@ def run(
     path: str | Path | None = None,
     progress: bool = True,
     checkpoints: str | Path | None = CHECKPOINTS,
+    parked_root: str | Path = PARKED,
 ) -> None:
     """Fill the study's results file (resumable; see the module docstring). Each run also writes
     an epoch checkpoint of its own under `checkpoints/<study>/` (None: none), with one worker or
     several, so a run killed mid-way resumes from its last finished epoch when the study is
-    started again; the checkpoint is removed once the run's row is in the results file."""
+    started again; the checkpoint is removed once the run's row is in the results file. Runs
+    parked in `results/inflight/` (`kt_lib.runs.parking`) are put back first."""
     execution = execution or ExecConfig()
     ckpt = Path(checkpoints) / study.name if checkpoints is not None else None
+    for back in unpark(study.name, checkpoints, parked_root) if checkpoints is not None else ():
+        print(f"resuming parked run {back.line()}", flush=True)
     study.ensure_prepared(data_root)
     for part, plan in zip(study.parts, study.part_plans(data_root), strict=True):
         for folder, _ in part.datasets:
@@ -357,6 +362,12 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="replace the study's <!-- study:NAME --> blocks in README.md and docs/*.md",
     )
+    k = sub.add_parser(
+        "park", help="copy its unfinished runs' epoch checkpoints into results/inflight/ (commit "
+        "them: the next session resumes them)",
+    )  # fmt: skip
+    k.add_argument("name", choices=sorted(STUDIES))
+    k.add_argument("--out", default=None, help="results file (default results/<name>.json)")
     for cmd in ("status", "run"):
         s = sub.add_parser(cmd)
         s.add_argument("name", choices=sorted(STUDIES))
@@ -407,6 +418,15 @@ def main(argv: list[str] | None = None) -> None:
             study = study.only(a.models)
         except ValueError as e:
             p.error(str(e))
+    if a.cmd == "park":
+        finished = {checkpoint_name(k) for k in finished_runs(a.out or study.path)}
+        kept, big = park(study.name, finished)
+        for r in kept:
+            print(f"parked {r.line()}")
+        for r in big:
+            print(f"not parked (over the size cap): {r.line()}")
+        print(f"{len(kept)} run(s) in results/inflight/{study.name}/: commit them")
+        return
     if a.cmd == "render":
         text = (render_summary if a.summary else render)(study, a.out)
         if not a.write:
@@ -446,6 +466,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{hours:>7s}  {c['basis'] if c['left'] else ''}")  # fmt: skip
     for p_ in left[:5]:
         print(f"  next: {p_['dataset']} {p_['model']} fold={p_['fold']} seed={p_['seed']}")
+    for r in parked(study.name):
+        print(f"  parked (results/inflight): {r.line()}")
 
 
 if __name__ == "__main__":

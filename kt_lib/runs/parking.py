@@ -1,0 +1,156 @@
+"""Parked epoch checkpoints: a study run longer than a session crosses sessions through git.
+
+A study's runs write epoch checkpoints under `runs/checkpoints/<study>/` (git-ignored), so a run
+killed mid-way resumes from its last finished epoch when the study is started again on the same
+checkout. A session that ends loses that folder with its machine; a run that needs more CPU-hours
+than a session has (GKT on ASSIST2015: about 25 epochs of 10-17 minutes) would restart from epoch
+0 each time and never finish. `park` copies each unfinished run's `_last` and `_best` pairs into
+`results/inflight/<study>/` (committed with the results; a size cap keeps large models out), and
+drops the parked copies of runs whose row has landed; `unpark`, called by `studies.run` before
+it trains, puts back every parked run that this checkout has at an older epoch or not at all.
+
+    python -m kt_lib.runs.studies park baselines     # before the session ends, then commit
+
+A pair is copied whole or not at all: its `.pt` bytes are checked against the SHA-256 its `.json`
+records (a study writing the pair meanwhile is read again), and both files are written atomically,
+`.pt` first, so a reader of the parked folder finds a whole pair at any instant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+from ..fileio import atomic_write_bytes, load_json, sha256_bytes
+from .study import CHECKPOINTS, RESULTS
+
+PARKED = RESULTS / "inflight"  # committed: the epoch checkpoints of runs still in flight
+KINDS = ("last", "best")  # the pairs a resumed run reads (train.fit: `_last`, then `_best`)
+MAX_MB = 8.0  # a parked run's files at most this size (git holds every parked version)
+
+
+@dataclasses.dataclass(frozen=True)
+class Parked:
+    """One run's epoch checkpoint, as `park` found or wrote it."""
+
+    name: str  # the checkpoint prefix's file name (the run key, sanitised)
+    epoch: int  # the last finished epoch
+    best_epoch: int
+    best_metric: float
+    mb: float  # size of its files
+
+    def line(self) -> str:
+        return (
+            f"{self.name}: epoch {self.epoch} finished (best {self.best_metric:.4f} at epoch "
+            f"{self.best_epoch}), {self.mb:.2f} MB"
+        )
+
+
+def _read_pair(prefix: Path, tries: int = 5) -> tuple[bytes, bytes] | None:
+    """(.pt bytes, .json bytes) of a consistent pair at `prefix`, None if there is none. A pair
+    being rewritten while it is read (a study still training) is read again."""
+    pt, js = prefix.with_suffix(".pt"), prefix.with_suffix(".json")
+    for _ in range(tries):
+        if not (pt.is_file() and js.is_file()):
+            return None
+        meta_bytes = js.read_bytes()
+        data = pt.read_bytes()
+        try:
+            expected = json.loads(meta_bytes).get("pt_sha256")
+        except ValueError:
+            expected = None  # a .json mid-write: read again
+        if expected is not None and sha256_bytes(data) == expected:
+            return data, meta_bytes
+        time.sleep(0.2)
+    raise ValueError(
+        f"{pt} does not match {js} after {tries} reads: the pair is inconsistent or corrupted"
+    )
+
+
+def _runs(folder: Path) -> dict[str, Parked]:
+    """The runs with a `_last` pair in `folder`, by checkpoint name."""
+    out = {}
+    for js in sorted(folder.glob("*_last.json")) if folder.is_dir() else []:
+        name = js.name[: -len("_last.json")]
+        meta = load_json(js)
+        files = [folder / f"{name}_{k}{s}" for k in KINDS for s in (".pt", ".json")]
+        mb = sum(f.stat().st_size for f in files if f.is_file()) / 2**20
+        best = meta.get("best_metric")
+        out[name] = Parked(
+            name,
+            int(meta["epoch"]),
+            int(meta.get("best_epoch", -1)),
+            float("nan") if best is None else float(best),
+            mb,
+        )
+    return out
+
+
+def _copy_run(name: str, src: Path, dst: Path) -> None:
+    """Copy the run's pairs from `src` to `dst` (`.pt` before `.json` in each)."""
+    pairs = {k: _read_pair(src / f"{name}_{k}") for k in KINDS}
+    for kind, pair in pairs.items():
+        if pair is None:
+            continue
+        data, meta = pair
+        atomic_write_bytes(dst / f"{name}_{kind}.pt", lambda f, d=data: f.write(d))
+        atomic_write_bytes(dst / f"{name}_{kind}.json", lambda f, m=meta: f.write(m))
+
+
+def _remove_run(name: str, folder: Path) -> None:
+    for kind in KINDS:
+        for suffix in (".pt", ".json"):
+            (folder / f"{name}_{kind}{suffix}").unlink(missing_ok=True)
+
+
+def parked(study: str, parked_root: str | Path = PARKED) -> list[Parked]:
+    """The runs parked for `study`."""
+    return list(_runs(Path(parked_root) / study).values())
+
+
+def park(
+    study: str,
+    finished: set[str],
+    checkpoints: str | Path = CHECKPOINTS,
+    parked_root: str | Path = PARKED,
+    max_mb: float = MAX_MB,
+) -> tuple[list[Parked], list[Parked]]:
+    """Park the epoch checkpoint of every unfinished run of `study` whose files are at most
+    `max_mb`, and remove the parked copies of the runs named in `finished` (checkpoint names of
+    the runs whose row is in the results file). A parked run that this checkout holds at an older
+    epoch keeps its parked copy. Returns (parked, too large to park)."""
+    src, dst = Path(checkpoints) / study, Path(parked_root) / study
+    here, there = _runs(src), _runs(dst)
+    for name in there:
+        if name in finished:
+            _remove_run(name, dst)
+    done, skipped = [], []
+    for name, run in here.items():
+        if name in finished:
+            continue
+        if run.mb > max_mb:
+            skipped.append(run)
+            continue
+        if name not in there or there[name].epoch < run.epoch:
+            _copy_run(name, src, dst)
+        done.append(run)
+    return done, skipped
+
+
+def unpark(
+    study: str, checkpoints: str | Path = CHECKPOINTS, parked_root: str | Path = PARKED
+) -> list[Parked]:
+    """Put back the parked runs of `study` that this checkout lacks or holds at an older epoch;
+    returns them. A parked run that has finished meanwhile is dropped by the study's plan
+    (`run_plan` removes the epoch checkpoint of a run whose row is in the results file)."""
+    src, dst = Path(parked_root) / study, Path(checkpoints) / study
+    here, there = _runs(dst), _runs(src)
+    back = []
+    for name, run in there.items():
+        if name not in here or here[name].epoch < run.epoch:
+            _remove_run(name, dst)  # no stale `_best` beside the parked `_last`
+            _copy_run(name, src, dst)
+            back.append(run)
+    return back
