@@ -1,8 +1,8 @@
 """bf16 against fp32: the same model, weights and batch, the two precisions alternated step by step
 in one process, so that a shared machine's noise falls on both alike (the ratio is the figure).
 
-    python benchmarks/bench_precision.py [--models akt dtransformer simakt] [--device cpu]
-                                         [--repeats 5] [--batch 64] [--len 200]
+    python benchmarks/bench_precision.py [--models akt dtransformer simakt | all] [--device cpu]
+                                         [--repeats 5] [--batch 64] [--len 200] [--resume]
                                          [--out benchmarks/results/precision_cpu.json]
 
 Per model: the median training step (AdamW on `model.loss`) and inference pass at each precision
@@ -11,6 +11,10 @@ with float32 master weights), their ratio bf16 / fp32, and the loss of one no-gr
 precision on the same weights (how far bf16 moves it). The JSON records whether the CPU has bf16
 instructions (`avx512_bf16`, `amx_bf16` in /proc/cpuinfo): without them autocast converts in
 software, and bf16 is expected to cost more than it saves.
+
+`--models all` takes every registered model. The file keeps the rows of models this run does not
+measure (a run adds or replaces its own), and is rewritten after each model; `--resume` skips the
+models already in it, so a long sweep cut off mid-way goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ import statistics
 from pathlib import Path
 
 import torch
-from bench_models import B, L, build_ours, cpu_model, cpuinfo, on_device
+from bench_models import NUM_PID, B, L, build_ours, cpu_model, cpuinfo, on_device
 from timing import model_step_and_inference, seconds
+
+from kt_lib.models import MODELS
+from kt_lib.models.base import list_models
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -34,9 +41,11 @@ def cpu_bf16_flags() -> list[str]:
 
 
 def bench_model(name: str, device: str, repeats: int, b: int, n: int) -> dict:
-    """One model: both precisions alternated over `repeats` rounds after a warm-up round."""
+    """One model: both precisions alternated over `repeats` rounds after a warm-up round; a model
+    that needs problem ids gets them (`NUM_PID`, as bench_models)."""
+    num_pid = NUM_PID if "pid" in MODELS[name].needs else 0
     with on_device(device, "fp32", None):
-        model, batch = build_ours(name, device, b=b, n=n)
+        model, batch = build_ours(name, device, b=b, n=n, num_pid=num_pid)
     step, infer = model_step_and_inference(model, batch)
     times = {p: {"train": [], "infer": []} for p in PRECISIONS}
     for round_ in range(repeats + 1):
@@ -70,6 +79,7 @@ def bench_model(name: str, device: str, repeats: int, b: int, n: int) -> dict:
         "device": device,
         "B": b,
         "L": n,
+        "num_pid": num_pid,
         "threads": torch.get_num_threads(),
         "cpu": cpu_model(),
         "cpu_bf16_flags": cpu_bf16_flags(),
@@ -78,24 +88,31 @@ def bench_model(name: str, device: str, repeats: int, b: int, n: int) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--models", nargs="+", default=["akt", "dtransformer", "simakt"])
+    p.add_argument("--models", nargs="+", default=["akt", "dtransformer", "simakt"], help="or: all")
     p.add_argument("--device", default="cpu")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--batch", type=int, default=B)
     p.add_argument("--len", type=int, default=L)
     p.add_argument("--out", default="benchmarks/results/precision_cpu.json")
+    p.add_argument("--resume", action="store_true", help="skip the models already in --out")
     a = p.parse_args(argv)
     if a.repeats < 1:
         p.error(f"--repeats {a.repeats}: must be >= 1")
-    rows = []
-    for name in a.models:
+    names = list_models() if a.models == ["all"] else a.models
+    unknown = sorted(set(names) - set(list_models()))
+    if unknown:
+        p.error(f"--models: unknown {unknown}; registered: {list_models()}")
+    out = Path(a.out)
+    rows = {r["model"]: r for r in json.loads(out.read_text())} if out.is_file() else {}
+    for name in names:
+        if a.resume and name in rows:
+            continue
         row = bench_model(name, a.device, a.repeats, a.batch, a.len)
         print(json.dumps(row), flush=True)
-        rows.append(row)
-        out = Path(a.out)
+        rows[name] = row
         out.parent.mkdir(parents=True, exist_ok=True)
         part = out.with_name(out.name + ".tmp")
-        part.write_text(json.dumps(rows, indent=1))
+        part.write_text(json.dumps(list(rows.values()), indent=1))
         part.replace(out)  # after every model: a cut-off run keeps what finished
 
 

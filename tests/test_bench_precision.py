@@ -32,3 +32,20 @@ def test_zero_repeats_are_refused(capsys):
     with pytest.raises(SystemExit):
         main(["--repeats", "0"])
     assert "--repeats 0: must be >= 1" in capsys.readouterr().err
+
+
+def test_a_run_keeps_the_other_models_rows_and_resume_skips_the_measured(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    out.write_text(json.dumps([{"model": "akt", "kept": True}, {"model": "dkt", "old": True}]))
+    main(["--models", "dkt", "--batch", "2", "--len", "6", "--repeats", "1", "--out", str(out)])
+    rows = {r["model"]: r for r in json.loads(out.read_text())}
+    assert rows["akt"] == {"model": "akt", "kept": True}  # not measured here: kept as it was
+    assert "old" not in rows["dkt"] and rows["dkt"]["repeats"] == 1  # replaced
+    capsys.readouterr()
+    main(["--models", "dkt", "sakt", "--batch", "2", "--len", "6", "--repeats", "1",
+          "--out", str(out), "--resume"])  # fmt: skip
+    printed = [json.loads(line)["model"] for line in capsys.readouterr().out.splitlines()]
+    assert printed == ["sakt"]  # dkt was in the file
+    with pytest.raises(SystemExit):
+        main(["--models", "nokt", "--out", str(out)])
+    assert "unknown ['nokt']" in capsys.readouterr().err
