@@ -77,3 +77,26 @@ def test_kind_hours_of_a_study_per_device_kind():
     assert cost.kind_hours(rows[:1], left, "gpu") == "?"
     assert cost.kind_hours(rows[:1], left, "gpu", pool=rows[1:]) == "0.2~"  # borrowed
     assert cost.kind_hours(rows, [], "gpu") == "0"
+
+
+def test_a_variant_borrows_its_registered_models_runs_before_the_other_kinds():
+    """SimAKT's presets (labels of the registered `simakt`) ran only on a GPU in their study: on a
+    CPU they cost what `simakt` costs there (the leaderboard's runs), on the same dataset first,
+    not the GPU's minutes."""
+    xeon, h100 = "Intel Xeon", "NVIDIA H100"
+    rows = [{"dataset": "a", "model": "simakt_pwd", "variant_of": "simakt", "wall_seconds": 90,
+             "device_name": h100}]  # fmt: skip
+    pool = [
+        {"dataset": "a", "model": "simakt", "wall_seconds": 3600, "device_name": xeon},
+        {"dataset": "b", "model": "simakt", "wall_seconds": 1800, "device_name": xeon},
+        {"dataset": "b", "model": "dkt", "wall_seconds": 60, "device_name": xeon},
+    ]
+    got = cost.run_cost(rows, "a", "simakt_pwd", "cpu", pool, base="simakt")
+    assert got == (3600, "registered model")
+    got = cost.run_cost(rows, "c", "simakt_knn", "cpu", pool, base="simakt")
+    assert got == (2700, "registered model, any dataset")
+    # without its base named, the label matches nothing on a CPU: the GPU's own figure
+    assert cost.run_cost(rows, "a", "simakt_pwd", "cpu", pool) == (90, "measured on gpu")
+    left = [{"dataset": "a", "model": "simakt_pwd", "base": "simakt"}]
+    (cell,) = cost.cells(rows, left, "cpu", pool)
+    assert cell["run_min"] == 60 and cell["basis"] == "registered model"

@@ -13,17 +13,26 @@ from ..provenance import device_kind
 
 
 def run_cost(
-    rows: list[dict], dataset: str, model: str, kind: str = "cpu", pool: list[dict] | tuple = ()
+    rows: list[dict],
+    dataset: str,
+    model: str,
+    kind: str = "cpu",
+    pool: list[dict] | tuple = (),
+    base: str | None = None,
 ) -> tuple[float, str]:
     """(seconds, basis) a run of `model` on `dataset` costs on a device of `kind` ("cpu" or
     "gpu"): the mean wall time of its cell's finished runs ("measured"), else of the same cell
     in another study (`pool`: "other study"), else of the model's on other datasets ("model";
-    "model, other study"), else of every finished run ("guess": rough until the model's first
-    run lands), each from runs made on that kind of device. Where no run was made on one, the
-    other kind's figures are used and the basis says so ("measured on gpu"): a GPU run's wall
-    time says little of a CPU's. A model's runs on another dataset are not scaled to this one."""
+    "model, other study"), else, for a variant (`model` a label, `base` its registered model),
+    of its registered model's runs in any study, on the same dataset ("registered model") or any
+    ("registered model, any dataset"), else of every finished run ("guess": rough until the
+    model's first run lands), each from runs made on that kind of device. Where no run was made
+    on one, the other kind's figures are used and the basis says so ("measured on gpu"): a GPU
+    run's wall time says little of a CPU's. A model's runs on another dataset are not scaled to
+    this one."""
     cell = lambda r: (r["dataset"], r["model"]) == (dataset, model)  # noqa: E731
     same_model = lambda r: r["model"] == model  # noqa: E731
+    registered = lambda r: base is not None and (r.get("variant_of") or r["model"]) == base  # noqa: E731
     for same_kind in (True, False):
         made, borrowed = (
             [r for r in rs if (device_kind(str(r.get("device_name", ""))) == kind) == same_kind]
@@ -34,6 +43,12 @@ def run_cost(
             ("other study", borrowed, cell),
             ("model", made, same_model),
             ("model, other study", borrowed, same_model),
+            (
+                "registered model",
+                made + borrowed,
+                lambda r: registered(r) and r["dataset"] == dataset,
+            ),
+            ("registered model, any dataset", made + borrowed, registered),
             ("guess", made, lambda r: True),
         ):
             walls = [float(r.get("wall_seconds") or 0) for r in runs if same(r)]
@@ -54,7 +69,11 @@ def cells(
     out = []
     for dataset, model in order:
         n_left = sum((p["dataset"], p["model"]) == (dataset, model) for p in left)
-        cost, basis = run_cost(rows, dataset, model, kind, pool) if rows else (math.nan, "guess")
+        base = next((p.get("base") for p in left if (p["dataset"], p["model"]) == (dataset, model)),
+                    None)  # fmt: skip
+        cost, basis = (
+            run_cost(rows, dataset, model, kind, pool, base) if rows else (math.nan, "guess")
+        )
         done = sum((r["dataset"], r["model"]) == (dataset, model) for r in rows)
         out.append(
             dict(dataset=dataset, model=model, done=done, left=n_left, run_min=cost / 60,
@@ -75,7 +94,10 @@ def kind_hours(rows: list[dict], left: list[dict], kind: str, pool: list[dict] =
         made, borrowed, mark = borrowed, [], "~"
     if not made:
         return "?"
-    hours = sum(run_cost(made, p["dataset"], p["model"], kind, borrowed)[0] for p in left) / 3600
+    hours = sum(
+        run_cost(made, p["dataset"], p["model"], kind, borrowed, p.get("base"))[0] for p in left
+    )
+    hours /= 3600
     return f"{hours:.1f}{mark}"
 
 

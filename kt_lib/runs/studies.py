@@ -300,7 +300,8 @@ def status(
     if not rows:
         return rows, left, None
     kind = "gpu" if str(device).startswith("cuda") else "cpu"
-    return rows, left, sum(run_cost(rows, p["dataset"], p["model"], kind, pool)[0] for p in left)
+    cost = sum(run_cost(rows, p["dataset"], p["model"], kind, pool, p.get("base"))[0] for p in left)
+    return rows, left, cost
 
 
 def other_studies_runs(name: str) -> list[dict]:

@@ -134,13 +134,18 @@ class Study:
         ]
 
     def plan(self, data_root: str | Path = DATA_ROOT) -> list[dict]:
-        """Every run of the study: dataset, model, fold, seed and run_key (as `run_plan` keys
-        them), without running anything."""
+        """Every run of the study: dataset, model (a label), its registered model (`base`), fold,
+        seed and run_key (as `run_plan` keys them), without running anything."""
         train = self.train_config()
         return [
             dict(
-                dataset=r.dataset, model=r.name, fold=r.spec.data.fold, seed=r.spec.seed, key=r.key
-            )
+                dataset=r.dataset,
+                model=r.name,
+                base=r.base,
+                fold=r.spec.data.fold,
+                seed=r.spec.seed,
+                key=r.key,
+            )  # fmt: skip
             for plan in self.part_plans(data_root)
             for r in plan.runs(train)
         ]
