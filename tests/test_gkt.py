@@ -218,3 +218,16 @@ def test_checkpointed_steps_give_the_same_gradients_and_move_the_statistics_once
     for (name, a), b in zip(plain.named_buffers(), ckpt.buffers(), strict=True):
         assert torch.equal(a, b), name  # running statistics: not moved again by recomputation
     assert not torch.equal(plain.f_self.norm.running_mean, torch.zeros(8))
+
+
+def test_steps_are_recomputed_only_where_the_activations_would_pass_the_budget():
+    model = build_model("gkt", preset="paper", num_c=100)  # checkpoint None: by the budget
+    assert not model.recompute(64, 36)  # ASSIST2015's bucketed batches: ~1.3 GB
+    assert model.recompute(64, 200)  # a full batch of 200-step windows: ~7.9 GB
+    assert build_model("gkt", preset="paper", num_c=1223).recompute(64, 36)  # Statics2011
+    assert build_model("gkt", preset="paper", num_c=100, checkpoint=True).recompute(1, 1)
+    assert not build_model("gkt", preset="paper", num_c=100, checkpoint=False).recompute(64, 200)
+    small = build_model("gkt", preset="paper", num_c=100, checkpoint_gb=0.5)
+    assert small.recompute(64, 36)
+    with pytest.raises(ValueError, match="checkpoint_gb must be > 0"):
+        build_model("gkt", preset="paper", num_c=100, checkpoint_gb=0)
