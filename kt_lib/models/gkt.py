@@ -49,7 +49,8 @@ class GKTConfig(BaseConfig):
     # 1.41 against 0.81 s at B=64, L=36, paper sizes, alternated); None: only for a batch whose
     # activations would pass `checkpoint_gb` (`activation_bytes`), so ASSIST2015's bucketed
     # batches (~2,300 interactions, 100 concepts: 1.3 GB estimated, 0.9 GB peak measured) train
-    # without it, Statics2011's 1,223 concepts with it. The numbers are the same either way (the draws are replayed).
+    # without it, Statics2011's 1,223 concepts with it. The numbers are the same either way
+    # (the dropout draws are replayed).
     checkpoint: bool | None = None
     checkpoint_gb: float = 2.0
 
