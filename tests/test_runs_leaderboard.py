@@ -156,6 +156,7 @@ def test_leaderboard_resumes_from_its_results_file(tmp_path, monkeypatch):
         results_file=path,
     )
     assert calls == ["dkt", "dkt"] and len(first) == 2
+    assert all(t["precision"] == "fp32" for t in first["train"])  # resolved: None is fp32 on CPU
     again = run_leaderboard(
         [(None, "synthetic")],
         ["dkt", "sakt"],

@@ -101,3 +101,21 @@ def test_a_variant_with_its_own_lr_trains_with_it_and_keys_it():
     for bad in (0, -1e-3, "fast", True):
         with pytest.raises(ValueError, match="lr must be a number > 0"):
             LeaderboardPlan.of([(None, None)], ["x"], variants={"x": {"model": "dkt", "lr": bad}})
+
+
+def test_a_variant_with_its_own_precision_trains_with_it_and_keys_it():
+    from kt_lib.runs.plan import LeaderboardPlan
+    from kt_lib.train import TrainConfig
+
+    variants = {"dkt_bf16": {"model": "dkt", "precision": "bf16"}}
+    plan = LeaderboardPlan.of([(None, None)], ["dkt", "dkt_bf16"], variants=variants)
+    train = TrainConfig(lr=1e-3)
+    runs = {r.name: r for r in plan.runs(train)}
+    assert runs["dkt_bf16"].spec.train.precision == "bf16"
+    assert runs["dkt_bf16"].spec.train.lr == 1e-3  # the rest of the recipe as every row's
+    assert runs["dkt"].spec.train is train and runs["dkt"].spec.train.precision is None
+    assert runs["dkt_bf16"].key.rsplit("/", 1)[1] != runs["dkt"].key.rsplit("/", 1)[1]
+    with pytest.raises(ValueError, match="precision must be one of"):
+        LeaderboardPlan.of(
+            [(None, None)], ["x"], variants={"x": {"model": "dkt", "precision": "fp8"}}
+        )

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from ..data.dataset import chunk, collate
 from ..models import build_model
 from ..provenance import run_commit
+from ..runtime import resolve_precision
 from ..train import TrainConfig
 from .execute import ExecConfig, execute
 from .plan import LeaderboardPlan, PlannedRun
@@ -128,8 +129,13 @@ def run_plan(
             device_name=out.device_name,
             commit=commit,
             date=now(),
-            # the plan's recipe; a tuned variant's own lr shows in its row
-            train={**settings, "lr": spec.train.lr},
+            # the plan's recipe; a variant's own lr and precision show in its row (the
+            # precision resolved: None trains fp32 on a CPU, tf32 on CUDA)
+            train={
+                **settings,
+                "lr": spec.train.lr,
+                "precision": resolve_precision(spec.train.precision, spec.train.device),
+            },
         )
         rows[index] = record.row()
         if path is not None:

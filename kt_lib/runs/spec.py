@@ -22,6 +22,7 @@ from typing import Any
 
 from ..evaluate import HISTORIES
 from ..models import MODELS
+from ..runtime import PRECISIONS
 from ..train import TrainConfig
 from .data import DataSpec
 
@@ -119,22 +120,30 @@ class RunSpec:
 class Variant:
     """A labelled configuration of a registered model, e.g. ikt3_lambda0 = ikt3 with
     lambda_target 0: its rows carry the label as `model` and the model as `variant_of`. `lr`
-    beside the fields is the one training setting a variant may carry (a tuned configuration's
-    learning rate): its runs train with it, the rest of the recipe as every row's."""
+    (a tuned configuration's learning rate) and `precision` (fp32, tf32, bf16: a precision
+    study's rows) beside the fields are the training settings a variant may carry: its runs train
+    with them, the rest of the recipe as every row's."""
 
     label: str
     model: str
     fields: dict[str, Any] = field(default_factory=dict)
     lr: float | None = None
+    precision: str | None = None
 
     @classmethod
     def parse(cls, label: str, given: Mapping | str) -> Variant:
-        """A variant from {"model": name, ["lr": rate,] **fields} (or a bare model name)."""
+        """A variant from {"model": name, ["lr": rate,] ["precision": p,] **fields} (or a bare
+        model name)."""
         fields = dict(given) if isinstance(given, Mapping) else {"model": given}
         model = fields.pop("model", None)
         lr = fields.pop("lr", None)
         if lr is not None and (isinstance(lr, bool) or not isinstance(lr, int | float) or lr <= 0):
             raise ValueError(f"variant {label!r}: lr must be a number > 0, got {lr!r}")
+        precision = fields.pop("precision", None)
+        if precision is not None and precision not in PRECISIONS:
+            raise ValueError(
+                f"variant {label!r}: precision must be one of {PRECISIONS}, got {precision!r}"
+            )
         if label in MODELS:
             raise ValueError(
                 f"variant {label!r} has the name of a registered model; give it another label"
@@ -145,7 +154,7 @@ class Variant:
                 f"models: {', '.join(sorted(MODELS))}"
             )
         checked = check_fields(model, fields, f"variant {label!r}")
-        return cls(label, model, checked, None if lr is None else float(lr))
+        return cls(label, model, checked, None if lr is None else float(lr), precision)
 
 
 @dataclass(frozen=True)
@@ -192,11 +201,12 @@ class ModelSettings:
         return self.variants[name].model if name in self.variants else name
 
     def train_of(self, name: str, train: TrainConfig) -> TrainConfig:
-        """The training config of `name`'s runs: `train`, with a variant's own lr if it has one."""
+        """The training config of `name`'s runs: `train`, with a variant's own lr and precision
+        where it has them."""
         variant = self.variants.get(name)
-        if variant is None or variant.lr is None:
-            return train
-        return dataclasses.replace(train, lr=variant.lr)
+        own = {} if variant is None else {"lr": variant.lr, "precision": variant.precision}
+        own = {k: v for k, v in own.items() if v is not None}
+        return dataclasses.replace(train, **own) if own else train
 
     def cell(self, dataset: str, name: str) -> tuple[str, dict]:
         """(registered model, config fields) of `name` on `dataset`: a variant's model
