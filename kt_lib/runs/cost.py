@@ -71,9 +71,7 @@ def cells(
         n_left = sum((p["dataset"], p["model"]) == (dataset, model) for p in left)
         base = next((p.get("base") for p in left if (p["dataset"], p["model"]) == (dataset, model)),
                     None)  # fmt: skip
-        cost, basis = (
-            run_cost(rows, dataset, model, kind, pool, base) if rows else (math.nan, "guess")
-        )
+        cost, basis = run_cost(rows, dataset, model, kind, pool, base)
         done = sum((r["dataset"], r["model"]) == (dataset, model) for r in rows)
         out.append(
             dict(dataset=dataset, model=model, done=done, left=n_left, run_min=cost / 60,

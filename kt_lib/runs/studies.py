@@ -132,6 +132,10 @@ _SEED_MODELS = (
 )
 
 
+# bf16 autocast rows of the precision study (the rest of the recipe as every row's)
+_BF16 = {f"{m}_bf16": {"model": m, "precision": "bf16"} for m in ("akt", "sakt")}
+
+
 # the studies as declared; STUDIES adds the tuned rows of any tuning file in results/
 DECLARED = {
     s.name: s
@@ -243,6 +247,16 @@ DECLARED = {
             filling=True,
         ),
         Study(
+            name="precision",
+            question="bf16 autocast against fp32 on a CPU with bf16 instructions: does training "
+            "in bf16 move test AUC? (the same folds, paired; the step ratios in "
+            "benchmarks/results/precision_cpu.json)",
+            parts=(Part((STATICS,), ("akt", "akt_bf16", "sakt", "sakt_bf16")),),
+            variants=_BF16,
+            pairs=tuple((f"{m}_bf16", m) for m in ("akt", "sakt")),
+            filling=True,
+        ),
+        Study(
             name="leaderboard",
             question="Every model under each dataset's published protocol (five folds / seeds)",
             parts=(
@@ -292,16 +306,15 @@ def status(
     device: str = "cpu",
     pool: list[dict] | tuple = (),
 ):
-    """(done rows, left plan entries, ETA seconds, or None before any run has finished). A left
-    run costs `run_cost` on `device`'s kind (see there; `pool`: the other studies' runs)."""
+    """(done rows, left plan entries, ETA seconds, or None while no finished run, here or in
+    `pool`, can price them). A left run costs `run_cost` on `device`'s kind (see there; `pool`:
+    the other studies' runs)."""
     rows = [r for r in read_runs(path or study.path) if not r.get("error")]
     have = {r["run_key"] for r in rows if r.get("run_key")}
     left = [p for p in study.plan(data_root) if p["key"] not in have]
-    if not rows:
-        return rows, left, None
     kind = "gpu" if str(device).startswith("cuda") else "cpu"
     cost = sum(run_cost(rows, p["dataset"], p["model"], kind, pool, p.get("base"))[0] for p in left)
-    return rows, left, cost
+    return rows, left, None if math.isnan(cost) else cost
 
 
 def other_studies_runs(name: str) -> list[dict]:
