@@ -46,6 +46,8 @@ def test_a_parked_run_resumes_in_a_fresh_checkout_and_leaves_when_finished(tmp_p
     kept, big = parking.park(study.name, set(), tmp_path / "ck_a", park_dir)
     assert [r.epoch for r in kept] == [1] and big == []
     assert kept[0].name == checkpoint_name(whole["run_key"])
+    assert kept[0].epoch_seconds > 0 and "min an epoch" in kept[0].line()  # from its history
+    assert [r.name for r in parking.in_flight(study.name, tmp_path / "ck_a")] == [kept[0].name]
     files = sorted(p.name for p in (park_dir / study.name).iterdir())
     assert files == sorted(f"{kept[0].name}_{k}.{s}" for k in ("best", "last") for s in "pt json"
                            .split())  # fmt: skip

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from pathlib import Path
 
@@ -40,11 +41,17 @@ class Parked:
     best_epoch: int
     best_metric: float
     mb: float  # size of its files
+    epoch_seconds: float = math.nan  # mean training seconds of its finished epochs
 
     def line(self) -> str:
+        pace = (
+            ""
+            if math.isnan(self.epoch_seconds)
+            else f", {self.epoch_seconds / 60:.1f} min an epoch"
+        )
         return (
             f"{self.name}: epoch {self.epoch} finished (best {self.best_metric:.4f} at epoch "
-            f"{self.best_epoch}), {self.mb:.2f} MB"
+            f"{self.best_epoch}{pace}), {self.mb:.2f} MB"
         )
 
 
@@ -78,12 +85,14 @@ def _runs(folder: Path) -> dict[str, Parked]:
         files = [folder / f"{name}_{k}{s}" for k in KINDS for s in (".pt", ".json")]
         mb = sum(f.stat().st_size for f in files if f.is_file()) / 2**20
         best = meta.get("best_metric")
+        seconds = [h["train_seconds"] for h in meta.get("history", []) if "train_seconds" in h]
         out[name] = Parked(
             name,
             int(meta["epoch"]),
             int(meta.get("best_epoch", -1)),
-            float("nan") if best is None else float(best),
+            math.nan if best is None else float(best),
             mb,
+            sum(seconds) / len(seconds) if seconds else math.nan,
         )
     return out
 
@@ -108,6 +117,11 @@ def _remove_run(name: str, folder: Path) -> None:
 def parked(study: str, parked_root: str | Path = PARKED) -> list[Parked]:
     """The runs parked for `study`."""
     return list(_runs(Path(parked_root) / study).values())
+
+
+def in_flight(study: str, checkpoints: str | Path = CHECKPOINTS) -> list[Parked]:
+    """The unfinished runs of `study` with an epoch checkpoint in this checkout."""
+    return list(_runs(Path(checkpoints) / study).values())
 
 
 def park(

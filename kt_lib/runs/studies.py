@@ -29,7 +29,7 @@ from .budget import add_tuned_rows
 from .cost import cells, fmt_eta, kind_hours, run_cost
 from .execute import ExecConfig
 from .leaderboard import checkpoint_name, run_plan
-from .parking import PARKED, park, parked, unpark
+from .parking import PARKED, in_flight, park, parked, unpark
 from .results import finished_runs, read_runs
 from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study  # noqa: F401
 from .study_render import render, render_summary, write_blocks
@@ -480,8 +480,9 @@ def main(argv: list[str] | None = None) -> None:
               f"{hours:>7s}  {c['basis'] if c['left'] else ''}")  # fmt: skip
     for p_ in left[:5]:
         print(f"  next: {p_['dataset']} {p_['model']} fold={p_['fold']} seed={p_['seed']}")
-    for r in parked(study.name):
-        print(f"  parked (results/inflight): {r.line()}")
+    for where, runs in (("here", in_flight(study.name)), ("parked", parked(study.name))):
+        for r in runs:  # an epoch checkpoint: this checkout's (runs/), or results/inflight/'s
+            print(f"  in flight ({where}): {r.line()}")
 
 
 if __name__ == "__main__":
