@@ -48,14 +48,24 @@ def predict(
     a later window are predicted from little history. "sliding": each step is predicted from up
     to `max_len - 1` steps before it (`sliding`, exact with stride 1): more windows, one batched
     forward per `batch_size` of them.
+
+    Windows are batched longest first, so a batch pads to its own rows' lengths rather than to
+    the longest window among arbitrary neighbours (on ASSIST2015, median window 21 of 200 steps,
+    most of a batch in log order was padding), and the rows are put back in (student, step)
+    order; a window's predictions do not depend on the rows beside it or on its padding (the
+    causal contract: padding is the future of every real step).
     """
     _check_protocol("per_row", history)
     windows = chunk(data, max_len) if history == "window" else sliding(data, max_len, stride)
+    lengths = np.array([w.stop - w.start for w in windows], dtype=np.int64)
+    order = np.argsort(-lengths, kind="stable")
     was_training = model.training
     model.eval()
-    cols: dict[str, list[torch.Tensor]] = {k: [] for k in ("y_true", "prob", "uid", "step", "q")}
+    keys = ("y_true", "prob", "uid", "step", "q", "window")
+    cols: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
     for i in range(0, len(windows), batch_size):
-        part = windows[i : i + batch_size]
+        idx = order[i : i + batch_size]
+        part = [windows[j] for j in idx]
         batch = collate(data, part).to(device, non_blocking=True)
         prob = model.probabilities(model(batch))
         steps = torch.arange(batch.mask.shape[1], device=batch.mask.device)
@@ -67,13 +77,17 @@ def predict(
             "uid": batch.uid.unsqueeze(1).expand_as(m),
             "step": batch.start.unsqueeze(1) + steps,
             "q": batch.q,
+            "window": torch.from_numpy(idx).to(steps.device).unsqueeze(1).expand_as(m),
         }
         if batch.pid is not None:
             rows["pid"] = batch.pid
         for k, v in rows.items():  # stays on the device: one copy to the host at the end
             cols.setdefault(k, []).append(v[m])
     model.train(was_training)
-    return {k: torch.cat(v).cpu().numpy() for k, v in cols.items() if v}
+    out = {k: torch.cat(v).cpu().numpy() for k, v in cols.items() if v}
+    # (student, step) order: windows in log order, each window's rows already in step order
+    back = np.argsort(out.pop("window", np.zeros(0, dtype=np.int64)), kind="stable")
+    return {k: v[back] for k, v in out.items()}
 
 
 def question_rows(pred: dict[str, np.ndarray]) -> np.ndarray:

@@ -164,3 +164,32 @@ def test_history_breakdown_scores_each_position_bucket_and_length_quartile():
     assert sum(out[f"n@lenq{b}"] for b in range(1, 5)) == len(y)
     assert out["n@lenq4"] == 260  # the longest student alone in the top quartile
     assert out["auc@lenq4"] == pytest.approx(roc_auc_score(y[uid == 3], prob[uid == 3]))
+
+
+@pytest.mark.parametrize("name", ["dkt", "gkt", "akt"])
+def test_windows_are_batched_longest_first_and_rows_come_back_in_log_order(name, monkeypatch):
+    """Each batch pads only to its own rows (lengths sorted, longest first), and the rows equal
+    those of one window at a time (no neighbour, no padding), in (student, step) order."""
+    from kt_lib import evaluate as ev
+    from kt_lib.data.dataset import KTDataset, StudentSeq
+
+    rng = np.random.default_rng(2)
+    lengths = [3, 19, 1, 7, 12, 2, 19, 5, 9, 4]
+    students = [StudentSeq(u, rng.integers(0, 4, n), rng.integers(0, 2, n))
+                for u, n in enumerate(lengths)]  # fmt: skip
+    data = KTDataset(students, num_c=4)
+    torch.manual_seed(0)
+    model = build_model(name, dataset=data, preset="tiny")
+    model.prepare(data)
+    padded = []
+    real = ev.collate
+    monkeypatch.setattr(ev, "collate", lambda d, part: padded.append(
+        [w.stop - w.start for w in part]) or real(d, part))  # fmt: skip
+    got = ev.predict(model, data, batch_size=3, max_len=10)
+    flat = [n for batch in padded for n in batch]
+    assert flat == sorted(flat, reverse=True)  # longest first: 10, 10, 9, 9, 9, 7, ...
+    one = ev.predict(model, data, batch_size=1, max_len=10)
+    np.testing.assert_allclose(got["prob"], one["prob"], rtol=1e-5, atol=1e-6)
+    order = [(s.uid, t) for s in students for t in range(len(s))]
+    assert list(zip(got["uid"].tolist(), got["step"].tolist(), strict=True)) == order
+    assert got["y_true"].tolist() == [int(x) for s in students for x in s.r]
