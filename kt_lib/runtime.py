@@ -66,7 +66,11 @@ def precision_context(precision: str | None, device: str):
     torch.set_float32_matmul_precision("highest" if precision == "fp32" else "high")
     try:
         kind = torch.device(device).type
-        with torch.autocast(kind, torch.bfloat16, enabled=precision == "bf16"):
+        # no weight cache: the cache keeps each parameter's bf16 copy until the outermost
+        # autocast exits, and `fit` holds one context around its whole loop, so the optimizer's
+        # in-place updates would never reach the forward (it trained on the first step's
+        # weights: docs/performance.md, "bf16 trained on stale weights")
+        with torch.autocast(kind, torch.bfloat16, enabled=precision == "bf16", cache_enabled=False):
             yield precision
     finally:
         torch.set_float32_matmul_precision(before)

@@ -6,6 +6,8 @@ import sys
 
 import torch
 
+from kt_lib.runtime import precision_context
+
 
 def test_keep_freed_memory_applies_once_on_glibc():
     import platform
@@ -18,3 +20,22 @@ def test_keep_freed_memory_applies_once_on_glibc():
     x = torch.ones(64 << 20 >> 2)  # 64 MB: above glibc's default mmap threshold
     del x
     assert torch.ones(8).sum() == 8  # allocation still works after the settings
+
+
+def test_bf16_forwards_see_the_optimizers_in_place_updates():
+    """`fit` holds one precision context around its whole loop: a weight updated in place by
+    the optimizer must reach the next forward (autocast's weight cache kept the first step's
+    bf16 copy until the context exited, so bf16 training ran on frozen matrix weights)."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 4)
+    opt = torch.optim.SGD(lin.parameters(), lr=1.0)
+    x = torch.randn(16, 8)
+    with precision_context("bf16", "cpu"):
+        before = lin(x)
+        before.float().pow(2).mean().backward()
+        opt.step()
+        after = lin(x)
+    with torch.no_grad():
+        want = lin(x)  # fp32, outside the context: the updated weights
+    assert not torch.allclose(before.float(), after.float(), atol=1e-2)
+    torch.testing.assert_close(after.float(), want, atol=0.05, rtol=0.02)  # bf16 rounding only

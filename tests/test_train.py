@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from kt_lib.models import build_model
-from kt_lib.train import fit
+from kt_lib.train import TrainConfig, fit
 from tests.conftest import make_tiny_dataset
 
 
@@ -134,3 +134,19 @@ def test_fit_builds_the_optimizer_from_the_models_groups_after_prepare():
     fit(model, data, data, TrainConfig(epochs=1, lr=0.01, progress=False))
     assert calls == ["prepare", ("groups", 0.01)]
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # lr 0 held
+
+
+def test_a_bf16_fit_scores_outside_its_context_as_it_did_inside():
+    """The model `fit` returns after bf16 training gives, evaluated in fp32, the validation AUC
+    its best epoch had under bf16 (bf16 once trained on the first step's frozen weights: valid
+    AUC 0.50 inside, garbage outside), and it learns."""
+    from kt_lib.data.synthetic import simulate
+    from kt_lib.evaluate import evaluate
+
+    sim = simulate(num_students=300, seq_len=60, num_c=10, seed=0).data
+    train, valid = sim.subset(range(240)), sim.subset(range(240, 300))
+    torch.manual_seed(0)
+    model = build_model("sakt", dataset=train, preset="paper")
+    res = fit(model, train, valid, TrainConfig(epochs=3, precision="bf16", progress=False))
+    assert res.best_metric > 0.6
+    assert abs(evaluate(res.model, valid)["auc"] - res.best_metric) < 0.02
