@@ -15,7 +15,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import sys
+from pathlib import Path
 
 import torch
 
@@ -43,24 +45,44 @@ def keep_freed_memory() -> bool:
     return _applied
 
 
-PRECISIONS = ("fp32", "tf32", "bf16")
+PRECISIONS = ("fp32", "tf32", "bf16", "auto")
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # CPU flags of native bf16 matrix products
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (a `BF16_FLAGS` flag in /proc/cpuinfo; False
+    where that file is missing: not Linux)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return False
+    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    return any(f in flags for f in BF16_FLAGS)
 
 
 def resolve_precision(precision: str | None, device: str) -> str:
-    """`precision` checked, or the device's default: tf32 on CUDA, fp32 elsewhere."""
+    """`precision` checked, or the device's default: tf32 on CUDA, fp32 elsewhere. "auto": bf16
+    on a CPU that multiplies bf16 natively (the attention models' steps 0.4-0.9 of fp32's there,
+    SAKT's test AUC unchanged: docs/performance.md), else fp32; tf32 on CUDA (bf16 did not
+    speed the models up on the H100 or H200 at the paper sizes: docs/gpu.md)."""
+    cuda = str(device).startswith("cuda")
     if precision is None:
-        return "tf32" if str(device).startswith("cuda") else "fp32"
+        return "tf32" if cuda else "fp32"
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS} or None, got {precision!r}")
+    if precision == "auto":
+        return "tf32" if cuda else ("bf16" if cpu_has_bf16() else "fp32")
     return precision
 
 
 @contextlib.contextmanager
 def precision_context(precision: str | None, device: str):
     """Run the block at `precision`: fp32 (full float32 matrix products), tf32 (float32 with
-    TensorFloat-32 matrix products on CUDA; on CPU the same as fp32) or bf16 (autocast to
-    bfloat16 on the device, float32 master weights; attention softmax chains stay float32).
-    The previous matmul precision is restored afterwards."""
+    TensorFloat-32 matrix products on CUDA; on CPU the same as fp32), bf16 (autocast to
+    bfloat16 on the device, float32 master weights; attention softmax chains stay float32) or
+    auto (`resolve_precision`). Yields the resolved precision; the previous matmul precision is
+    restored afterwards."""
     precision = resolve_precision(precision, device)
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest" if precision == "fp32" else "high")

@@ -62,7 +62,9 @@ class TrainConfig:
     metric: str | None = None  # early-stopping metric; None: "auc" if K = 2, else "qwk"
     bucket: int = 50  # length-bucketed batches in pools of this many (0: plain); see BatchLoader
     keep_freed_memory: bool = True  # glibc: reuse freed large blocks, no page faults (runtime.py)
-    precision: str | None = None  # fp32 | tf32 | bf16 (autocast); None: tf32 on CUDA, else fp32
+    # fp32 | tf32 | bf16 (autocast) | auto (bf16 on a CPU with bf16 instructions, else fp32;
+    # tf32 on CUDA); None: tf32 on CUDA, else fp32. Rows of studies record the resolved one.
+    precision: str | None = None
     compile: bool = False  # torch.compile the model (unmeasured on a GPU so far: off by default)
     backend: str | None = None  # attention backend: reference | cpu | cuda; None: by device
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 import torch
 
 from kt_lib.runtime import precision_context
@@ -39,3 +40,20 @@ def test_bf16_forwards_see_the_optimizers_in_place_updates():
         want = lin(x)  # fp32, outside the context: the updated weights
     assert not torch.allclose(before.float(), after.float(), atol=1e-2)
     torch.testing.assert_close(after.float(), want, atol=0.05, rtol=0.02)  # bf16 rounding only
+
+
+def test_auto_precision_is_bf16_only_on_a_cpu_that_multiplies_bf16(monkeypatch):
+    from kt_lib import runtime
+
+    real = runtime.cpu_has_bf16
+    for native, want in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(runtime, "cpu_has_bf16", lambda native=native: native)
+        assert runtime.resolve_precision("auto", "cpu") == want
+        assert runtime.resolve_precision("auto", "cuda:0") == "tf32"
+        with precision_context("auto", "cpu") as resolved:
+            assert resolved == want
+            assert torch.is_autocast_enabled("cpu") == (want == "bf16")
+    assert runtime.resolve_precision(None, "cpu") == "fp32"  # the default is unchanged
+    with pytest.raises(ValueError, match="precision must be one of"):
+        runtime.resolve_precision("fp8", "cpu")
+    assert isinstance(real.__wrapped__(), bool)  # reads this machine's flags
