@@ -100,3 +100,14 @@ def test_a_variant_borrows_its_registered_models_runs_before_the_other_kinds():
     left = [{"dataset": "a", "model": "simakt_pwd", "base": "simakt"}]
     (cell,) = cost.cells(rows, left, "cpu", pool)
     assert cell["run_min"] == 60 and cell["basis"] == "registered model"
+
+
+def test_a_cell_with_a_run_in_flight_costs_its_epochs_left():
+    rows = [{"dataset": "a", "model": "gkt", "wall_seconds": 600}]
+    left = [{"dataset": "a", "model": "gkt", "in_flight": 3600}, {"dataset": "a", "model": "gkt"}]
+    (cell,) = [c for c in cost.cells(rows, left) if c["left"]]
+    assert cell["hours_left"] == pytest.approx((3600 + 600) / 3600)
+    assert cell["basis"] == "measured; 1 in flight"
+    (alone,) = [c for c in cost.cells(rows, left[:1]) if c["left"]]
+    assert alone["basis"] == "in flight" and alone["hours_left"] == pytest.approx(1.0)
+    assert cost.kind_hours(rows, left[:1], "cpu") == "1.0"

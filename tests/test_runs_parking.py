@@ -87,3 +87,12 @@ def test_a_corrupted_pair_is_refused_by_name(tmp_path, killed):
     pt.write_bytes(pt.read_bytes()[:-10])
     with pytest.raises(ValueError, match=pt.name):
         parking.park(study.name, set(), tmp_path / "ck_a", tmp_path / "inflight")
+
+
+def test_a_run_in_flight_costs_its_epochs_left_at_its_own_pace(tmp_path, killed):
+    study, _, whole, _ = killed
+    run = parking.in_flight(study.name, tmp_path / "ck_a")[0]
+    left = [{"key": whole["run_key"]}, {"key": "another/run"}]
+    parking.price_in_flight(study.name, 4, left, tmp_path / "ck_a", tmp_path / "none")
+    assert left[0]["in_flight"] == pytest.approx(2 * run.epoch_seconds)  # epochs 2 and 3 left
+    assert "in_flight" not in left[1]

@@ -73,9 +73,16 @@ def cells(
                     None)  # fmt: skip
         cost, basis = run_cost(rows, dataset, model, kind, pool, base)
         done = sum((r["dataset"], r["model"]) == (dataset, model) for r in rows)
+        # a run resumed from an epoch checkpoint ("in_flight": its epochs left, at most, at
+        # its own pace) costs that instead
+        mine = [p for p in left if (p["dataset"], p["model"]) == (dataset, model)]
+        flying = [p["in_flight"] for p in mine if "in_flight" in p]
+        seconds = sum(flying) + (n_left - len(flying)) * cost if n_left else 0.0
+        if flying:
+            basis = "in flight" if len(flying) == n_left else f"{basis}; {len(flying)} in flight"
         out.append(
             dict(dataset=dataset, model=model, done=done, left=n_left, run_min=cost / 60,
-                 basis=basis, hours_left=n_left * cost / 3600)
+                 basis=basis, hours_left=seconds / 3600)
         )  # fmt: skip
     return out
 
@@ -93,7 +100,10 @@ def kind_hours(rows: list[dict], left: list[dict], kind: str, pool: list[dict] =
     if not made:
         return "?"
     hours = sum(
-        run_cost(made, p["dataset"], p["model"], kind, borrowed, p.get("base"))[0] for p in left
+        p["in_flight"]
+        if kind == "cpu" and "in_flight" in p  # measured on this CPU: its epochs left
+        else run_cost(made, p["dataset"], p["model"], kind, borrowed, p.get("base"))[0]
+        for p in left
     )
     hours /= 3600
     return f"{hours:.1f}{mark}"

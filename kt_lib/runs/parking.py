@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from ..fileio import atomic_write_bytes, load_json, sha256_bytes
+from .leaderboard import checkpoint_name
 from .study import CHECKPOINTS, RESULTS
 
 PARKED = RESULTS / "inflight"  # committed: the epoch checkpoints of runs still in flight
@@ -168,3 +169,20 @@ def unpark(
             _copy_run(name, src, dst)
             back.append(run)
     return back
+
+
+def price_in_flight(
+    study: str,
+    epochs: int,
+    left: list[dict],
+    checkpoints: str | Path = CHECKPOINTS,
+    parked_root: str | Path = PARKED,
+) -> None:
+    """Give each plan entry of `left` whose run has an epoch checkpoint (this checkout's, else
+    parked) an "in_flight" cost: the seconds its epochs left to the `epochs` cap take at its
+    own pace (mean training seconds of its finished epochs; early stopping may end it sooner)."""
+    flying = {r.name: r for r in [*parked(study, parked_root), *in_flight(study, checkpoints)]}
+    for p in left:
+        r = flying.get(checkpoint_name(p["key"]))
+        if r is not None and not math.isnan(r.epoch_seconds):
+            p["in_flight"] = max(epochs - r.epoch - 1, 0) * r.epoch_seconds

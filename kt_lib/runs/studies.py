@@ -29,7 +29,7 @@ from .budget import add_tuned_rows
 from .cost import cells, fmt_eta, kind_hours, run_cost
 from .execute import ExecConfig
 from .leaderboard import checkpoint_name, run_plan
-from .parking import PARKED, in_flight, park, parked, unpark
+from .parking import PARKED, in_flight, park, parked, price_in_flight, unpark
 from .results import finished_runs, read_runs
 from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study  # noqa: F401
 from .study_render import render, render_summary, write_blocks
@@ -313,7 +313,12 @@ def status(
     have = {r["run_key"] for r in rows if r.get("run_key")}
     left = [p for p in study.plan(data_root) if p["key"] not in have]
     kind = "gpu" if str(device).startswith("cuda") else "cpu"
-    cost = sum(run_cost(rows, p["dataset"], p["model"], kind, pool, p.get("base"))[0] for p in left)
+    if kind == "cpu":  # a run with an epoch checkpoint costs its epochs left at its own pace
+        price_in_flight(study.name, study.epochs, left)
+    cost = sum(
+        p.get("in_flight", run_cost(rows, p["dataset"], p["model"], kind, pool, p.get("base"))[0])
+        for p in left
+    )
     return rows, left, None if math.isnan(cost) else cost
 
 
@@ -480,9 +485,12 @@ def main(argv: list[str] | None = None) -> None:
               f"{hours:>7s}  {c['basis'] if c['left'] else ''}")  # fmt: skip
     for p_ in left[:5]:
         print(f"  next: {p_['dataset']} {p_['model']} fold={p_['fold']} seed={p_['seed']}")
-    for where, runs in (("here", in_flight(study.name)), ("parked", parked(study.name))):
-        for r in runs:  # an epoch checkpoint: this checkout's (runs/), or results/inflight/'s
-            print(f"  in flight ({where}): {r.line()}")
+    here = {r.name: r for r in in_flight(study.name)}
+    for r in here.values():  # an epoch checkpoint of this checkout (runs/checkpoints/)
+        print(f"  in flight (here): {r.line()}")
+    for r in parked(study.name):  # one in results/inflight/ that this checkout has not passed
+        if r.name not in here or here[r.name].epoch < r.epoch:
+            print(f"  in flight (parked): {r.line()}")
 
 
 if __name__ == "__main__":
