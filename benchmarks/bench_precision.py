@@ -83,6 +83,8 @@ def bench_model(name: str, device: str, repeats: int, b: int, n: int) -> dict:
         "threads": torch.get_num_threads(),
         "cpu": cpu_model(),
         "cpu_bf16_flags": cpu_bf16_flags(),
+        # precision_context casts afresh since 2026-11-27 (rows before: the cache, stale weights)
+        "autocast_weight_cache": False,
     }
 
 
