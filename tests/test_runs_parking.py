@@ -96,3 +96,13 @@ def test_a_run_in_flight_costs_its_epochs_left_at_its_own_pace(tmp_path, killed)
     parking.price_in_flight(study.name, 4, left, tmp_path / "ck_a", tmp_path / "none")
     assert left[0]["in_flight"] == pytest.approx(2 * run.epoch_seconds)  # epochs 2 and 3 left
     assert "in_flight" not in left[1]
+
+
+def test_a_parked_run_the_study_no_longer_plans_is_dropped(tmp_path, killed):
+    study = killed[0]
+    ck, park_dir = tmp_path / "ck_a", tmp_path / "inflight"
+    (kept,), _ = parking.park(study.name, set(), ck, park_dir)
+    assert parking.park(study.name, set(), ck, park_dir, planned={kept.name})[0] == [kept]
+    assert parking.parked(study.name, park_dir)  # planned: kept
+    assert parking.park(study.name, set(), ck, park_dir, planned=set())[0] == []
+    assert parking.parked(study.name, park_dir) == []  # its key changed: dropped, not parked

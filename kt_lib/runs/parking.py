@@ -131,19 +131,22 @@ def park(
     checkpoints: str | Path = CHECKPOINTS,
     parked_root: str | Path = PARKED,
     max_mb: float = MAX_MB,
+    planned: set[str] | None = None,
 ) -> tuple[list[Parked], list[Parked]]:
     """Park the epoch checkpoint of every unfinished run of `study` whose files are at most
     `max_mb`, and remove the parked copies of the runs named in `finished` (checkpoint names of
-    the runs whose row is in the results file). A parked run that this checkout holds at an older
-    epoch keeps its parked copy. Returns (parked, too large to park)."""
+    the runs whose row is in the results file) or, given `planned` (the checkpoint names of the
+    study's runs), not in it (a run whose key changed: its parked epochs would never resume). A
+    parked run that this checkout holds at an older epoch keeps its parked copy. Returns (parked,
+    too large to park)."""
     src, dst = Path(checkpoints) / study, Path(parked_root) / study
     here, there = _runs(src), _runs(dst)
     for name in there:
-        if name in finished:
+        if name in finished or (planned is not None and name not in planned):
             _remove_run(name, dst)
     done, skipped = [], []
     for name, run in here.items():
-        if name in finished:
+        if name in finished or (planned is not None and name not in planned):
             continue
         if run.mb > max_mb:
             skipped.append(run)

@@ -439,7 +439,8 @@ def main(argv: list[str] | None = None) -> None:
             p.error(str(e))
     if a.cmd == "park":
         finished = {checkpoint_name(k) for k in finished_runs(a.out or study.path)}
-        kept, big = park(study.name, finished)
+        planned = {checkpoint_name(p_["key"]) for p_ in study.plan()}
+        kept, big = park(study.name, finished, planned=planned)
         for r in kept:
             print(f"parked {r.line()}")
         for r in big:
