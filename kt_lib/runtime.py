@@ -64,7 +64,7 @@ def cpu_has_bf16() -> bool:
 def resolve_precision(precision: str | None, device: str) -> str:
     """`precision` checked, or the device's default: tf32 on CUDA, fp32 elsewhere. "auto": bf16
     on a CPU that multiplies bf16 natively (the attention models' steps 0.4-0.9 of fp32's there,
-    SAKT's test AUC unchanged: docs/performance.md), else fp32; tf32 on CUDA (bf16 did not
+    AKT's and SAKT's test AUC unchanged: docs/performance.md), else fp32; tf32 on CUDA (bf16 did not
     speed the models up on the H100 or H200 at the paper sizes: docs/gpu.md)."""
     cuda = str(device).startswith("cuda")
     if precision is None:

@@ -120,7 +120,7 @@ class RunSpec:
 class Variant:
     """A labelled configuration of a registered model, e.g. ikt3_lambda0 = ikt3 with
     lambda_target 0: its rows carry the label as `model` and the model as `variant_of`. `lr`
-    (a tuned configuration's learning rate) and `precision` (fp32, tf32, bf16: a precision
+    (a tuned configuration's learning rate) and `precision` (fp32, tf32, bf16, auto: a precision
     study's rows) beside the fields are the training settings a variant may carry: its runs train
     with them, the rest of the recipe as every row's."""
 
