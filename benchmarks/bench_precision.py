@@ -25,19 +25,19 @@ import statistics
 from pathlib import Path
 
 import torch
-from bench_models import NUM_PID, B, L, build_ours, cpu_model, cpuinfo, on_device
+from bench_models import NUM_PID, B, L, build_ours, cpu_model, on_device
 from timing import model_step_and_inference, seconds
 
 from kt_lib.models import MODELS
 from kt_lib.models.base import list_models
+from kt_lib.runtime import BF16_FLAGS, cpu_flags
 
 PRECISIONS = ("fp32", "bf16")
 
 
 def cpu_bf16_flags() -> list[str]:
-    """The CPU's bf16 instruction flags (Linux /proc/cpuinfo), [] if none or unknown."""
-    flags = (cpuinfo("flags") or "").split()
-    return sorted(f for f in flags if f in ("avx512_bf16", "amx_bf16", "amx_tile"))
+    """The CPU's bf16 instruction flags (`kt_lib.runtime.cpu_flags`), [] if none or unknown."""
+    return sorted(cpu_flags() & {*BF16_FLAGS, "amx_tile"})
 
 
 def bench_model(name: str, device: str, repeats: int, b: int, n: int) -> dict:

@@ -50,15 +50,21 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # CPU flags of native bf16 matrix prod
 
 
 @functools.lru_cache(maxsize=1)
-def cpu_has_bf16() -> bool:
-    """Whether this CPU multiplies bf16 natively (a `BF16_FLAGS` flag in /proc/cpuinfo; False
-    where that file is missing: not Linux)."""
+def cpu_flags() -> frozenset[str]:
+    """This CPU's feature flags (/proc/cpuinfo; empty where that file is missing: not Linux)."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        return False
-    flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
-    return any(f in flags for f in BF16_FLAGS)
+        return frozenset()
+    return frozenset(
+        next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 natively (a `BF16_FLAGS` flag in `cpu_flags`)."""
+    return any(f in cpu_flags() for f in BF16_FLAGS)
 
 
 def resolve_precision(precision: str | None, device: str) -> str:
