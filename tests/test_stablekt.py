@@ -186,3 +186,104 @@ def test_hand_written_penumbral_backward_equals_the_reference():
     assert torch.autograd.gradcheck(
         lambda a, b: penumbral.penumbral_scores(a, b, 0.5, 0.7), (qs, ks)
     )
+
+
+def _pen_reference(q, k, v, slopes, mask, p=0.0, keep=None):
+    """The penumbral heads alone, by the reference: softmax(P / sqrt(Dh) - m |i - j|) @ v."""
+    from kt_lib.nn.reference import dropped, linear_bias, masked_softmax
+
+    scores = penumbral_scores(q, k, R, GAMMA) / q.shape[-1] ** 0.5
+    w = masked_softmax(scores + linear_bias(slopes, q.shape[-2], k.shape[-2]), mask)
+    return dropped(w, p, keep) @ v, w
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 1])
+@pytest.mark.parametrize("mask_kind", ["strict", "ragged", "none"])
+def test_cpu_penumbral_kernel_equals_the_reference(mask_kind, chunk_rows, monkeypatch):
+    """kt_lib.nn.penumbral.penumbral_attention (query blocks, batch chunks, recomputed backward)
+    against the reference in float64: values and gradients, with ties (a key equal to a query,
+    two equal keys), rows that read nothing, and padded keys."""
+    import kt_lib.nn.cpu as cpu_kernels
+    from kt_lib.nn.penumbral import penumbral_attention
+    from kt_lib.nn.reference import linear_bias
+
+    B, H, L, Dh = 3, 2, 150, 5  # 150 steps: three query blocks of 64 rows, early ones short
+    if chunk_rows is not None:
+        monkeypatch.setattr(cpu_kernels, "CHUNK_ELEMS", chunk_rows * H * 64 * L)
+    g = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(B, H, L, Dh, generator=g, dtype=torch.float64) for _ in range(3))
+    k[:, :, 40] = q[:, :, 90]
+    k[:, :, 41] = k[:, :, 42]
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    lens = torch.tensor([L, 97, 3])
+    valid = torch.arange(L) < lens[:, None]
+    mask = {
+        "strict": causal_mask(L, strict=True),
+        "ragged": causal_mask(L, strict=True) & valid[:, None, None, :],
+        "none": None,
+    }[mask_kind]
+    slopes = alibi_slopes(2 * H).double()[H:]
+    out = penumbral_attention(q, k, v, R, GAMMA, mask, 0.0, linear_bias(slopes, L, L))
+    ref, _ = _pen_reference(q, k, v, slopes, mask)
+    torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-12)
+    if mask is not None:
+        assert (out[:, :, 0] == 0).all()  # row 0 reads no key
+    grad = torch.randn_like(ref)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    want = torch.autograd.grad(ref, (q, k, v), grad)
+    for name, a, b in zip("qkv", got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-11, msg=name)
+
+
+def test_cpu_penumbral_dropout_equals_the_reference_with_the_same_draws(kernel_draws):
+    from kt_lib.nn import cpu as cpu_kernels
+    from kt_lib.nn import dropout as drop
+    from kt_lib.nn.penumbral import penumbral_attention
+    from kt_lib.nn.reference import linear_bias
+
+    B, H, L, Dh, p = 2, 2, 130, 4, 0.3
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (
+        torch.randn(B, H, L, Dh, generator=g, dtype=torch.float64).requires_grad_()
+        for _ in range(3)
+    )
+    mask = causal_mask(L, strict=True)
+    slopes = alibi_slopes(2 * H).double()[H:]
+    out = penumbral_attention(q, k, v, R, GAMMA, mask, p, linear_bias(slopes, L, L))
+    blocks = cpu_kernels._query_blocks(mask[None, None])
+    assert len(kernel_draws) == len(blocks) == 3
+    keep = torch.zeros(B, H, L, L, dtype=torch.float64)
+    for (l0, l1, s1), drawn in zip(blocks, kernel_draws, strict=True):
+        keep[:, :, l0:l1, :s1] = drawn
+    p_used = round(p * drop.DROP_LEVELS) / drop.DROP_LEVELS
+    ref, w = _pen_reference(q, k, v, slopes, mask, p_used, keep)
+    assert 0.5 < keep[(w > 0).expand_as(keep)].mean() < 0.9
+    torch.testing.assert_close(out, ref, rtol=1e-9, atol=1e-12)
+    grad = torch.randn_like(ref)
+    for a, b in zip(
+        torch.autograd.grad(out, (q, k, v), grad),
+        torch.autograd.grad(ref, (q, k, v), grad),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-11)
+
+
+def test_cpu_backend_model_equals_the_reference_backend():
+    """The whole model on the `cpu` backend (heads split by kind, two blocked kernels) gives the
+    reference backend's logits and gradients without dropout, in float64; with dropout both
+    train (the draws differ by design)."""
+    from kt_lib.nn import use_backend
+
+    batch = random_batch(7, B=3, L=140, seed=5)
+    results = []
+    for backend in ("reference", "cpu"):
+        torch.manual_seed(0)
+        model = build_model("stablekt", preset="tiny", num_c=7, dropout=0.0).double().train()
+        with use_backend(backend):
+            out = model(batch)
+            model.loss(out, batch)["total"].backward()
+        results.append((out.logits.detach(), [p.grad for p in model.parameters()]))
+    (ref, ref_g), (got, got_g) = results
+    torch.testing.assert_close(got, ref, rtol=1e-9, atol=1e-10)
+    for a, b in zip(got_g, ref_g, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-7, atol=1e-9)

@@ -8,6 +8,8 @@ Attention Based Knowledge Tracing Models with Linear Biases".
     MHA: heads h < H/2 score q.k, heads h >= H/2 the penumbral (hyperbolic) score P(q, k); all
          add ALiBi's -m_h |i - j| (math in kt_lib.nn.reference, `stable_attention`)
     logit_t = MLP([h^N_t, x_t])
+On the `cpu` backend the dot-product heads run through kt_lib.nn.cpu's blocked kernel and the
+penumbral ones through kt_lib.nn.penumbral's (the same math, tested against the reference).
 Step t reads q/pid at steps <= t and r at steps < t (strict-past mask; t = 0 reads no key and
 its attention outputs zero, as pyKT's zero-padded first row); padded keys are never read.
 Deviations from pyKT's stablekt.py:
@@ -30,7 +32,8 @@ from torch.utils.checkpoint import checkpoint
 from ..config import require
 from ..data.dataset import Batch
 from ..nn import penumbral, reference
-from ..nn.attention import SharedQKAttention, causal_mask
+from ..nn.attention import SharedQKAttention, attend, causal_mask
+from ..nn.backend import choose
 from ..nn.blocks import TransformerLayer, mlp_head
 from ..nn.embeddings import QuestionEmbedding
 from .base import BaseConfig, KTModel, ModelOutput, register
@@ -51,8 +54,8 @@ class StableKTConfig(BaseConfig):
     gamma: float = 0.7  # scale of the penumbral score
     vector_difficulty: bool = False  # True: a D-vector difficulty per problem (pyKT), not a scalar
     # recompute the attention in backward, its [B, H, L, L] chain unsaved; None: on a GPU only
-    # (there it halves the peak memory at the same step time; on CPU it costs 28% of the step,
-    # 13.5 against 9.7 s, for 4.1 against 5.6 GB: `bench_models.py --set checkpoint=...`).
+    # (there it halves the peak memory at the same step time; the `cpu` backend's kernels keep
+    # only the weights and the dropped weights, and recompute the rest themselves).
     # The numbers are the same either way (the dropout draws are replayed).
     checkpoint: bool | None = None
 
@@ -121,12 +124,28 @@ class StableAttention(SharedQKAttention):
         low = (torch.float16, torch.bfloat16)  # under autocast the score chain stays float32
         q, k, v = (t.float() if t.dtype in low else t for t in (q, k, v))
         args = (q, k, v, self.slopes, self.radius, self.gamma, mask, dropout)
-        ckpt = q.is_cuda if self.ckpt is None else self.ckpt
-        if ckpt and torch.is_grad_enabled() and not need_weights:
+        if need_weights:
+            return _attention(*args)
+        run = _fused_out if choose(q) == "cpu" else _attention_out
+        if (q.is_cuda if self.ckpt is None else self.ckpt) and torch.is_grad_enabled():
             # the same numbers (dropout draws replayed); backward recomputes the weights
-            return checkpoint(_attention_out, *args, use_reentrant=False), None
-        out, w = _attention(*args)
-        return out, (w if need_weights else None)
+            return checkpoint(run, *args, use_reentrant=False), None
+        return run(*args), None
+
+
+def _fused_out(q, k, v, slopes, radius: float, gamma: float, mask, dropout: float) -> torch.Tensor:
+    """The `cpu` backend's `_attention_out`: the same math with the heads split by kind (a
+    softmax is per head): the dot-product half through `attend` with the linear bias
+    (kt_lib.nn.cpu's blocked kernel), the penumbral half through `penumbral.penumbral_attention`.
+    Dropout draws its own keep masks per query block, as those kernels do."""
+    half = q.shape[1] // 2
+    bias = reference.linear_bias(slopes.to(q.dtype), q.shape[2], k.shape[2])  # [H, L, S]
+    lo, hi = (slice(None), slice(None, half)), (slice(None), slice(half, None))
+    out_dot, _ = attend(q[lo], k[lo], v[lo], mask, dropout, bias=bias[:half])
+    out_pen = penumbral.penumbral_attention(
+        q[hi], k[hi], v[hi], radius, gamma, mask, dropout, bias[half:]
+    )
+    return torch.cat([out_dot, out_pen], dim=1)
 
 
 @register("stablekt")

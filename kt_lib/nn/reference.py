@@ -257,15 +257,21 @@ def folibi(q, k, v, gamma, slopes, mask, dropout: float = 0.0, keep=None):
 # mask's business alone. delta comes from |u_q|^2 + |u_k|^2 - 2 u_q . u_k (as torch.cdist on long
 # inputs), clamped before the square root so that equal vectors give no NaN gradient.
 PENUMBRAL_EPS = 1e-6  # the authors' eps in rho and in the out-of-cone denominator
+PENUMBRAL_SQ_MIN = 1e-30  # delta^2 is clamped to this before its square root
+
+
+def penumbral_coords(x: torch.Tensor, radius: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """psi(x) = (u [..., Dh-1], z [..., 1]): z = r sigmoid(x_Dh), u = z x_{1..Dh-1}."""
+    z = torch.sigmoid(x[..., -1:]) * radius
+    return x[..., :-1] * z, z
 
 
 def penumbral_points(q: torch.Tensor, k: torch.Tensor, radius: float):
     """(delta [..., L, S], z_q [..., L, 1], z_k [..., 1, S]): psi of each vector, and the
     distances |u_q - u_k| between the points."""
-    zq, zk = torch.sigmoid(q[..., -1:]) * radius, torch.sigmoid(k[..., -1:]) * radius  # [..., 1]
-    uq, uk = q[..., :-1] * zq, k[..., :-1] * zk  # [..., L, Dh-1], [..., S, Dh-1]
+    (uq, zq), (uk, zk) = penumbral_coords(q, radius), penumbral_coords(k, radius)
     sq = uq.square().sum(-1, keepdim=True) + uk.square().sum(-1).unsqueeze(-2) - 2 * uq @ uk.mT
-    return sq.clamp(min=1e-30).sqrt(), zq, zk.mT
+    return sq.clamp(min=PENUMBRAL_SQ_MIN).sqrt(), zq, zk.mT
 
 
 def penumbral_scores(q: torch.Tensor, k: torch.Tensor, radius: float, gamma: float) -> torch.Tensor:
@@ -301,9 +307,6 @@ def stable_attention(
     dot = q[..., :half, :, :] @ k[..., :half, :, :].mT
     pen = penumbral(q[..., half:, :, :], k[..., half:, :, :], radius, gamma)
     scores = torch.cat([dot, pen], dim=-3) / q.shape[-1] ** 0.5  # [B, H, L, S]
-    L, S = scores.shape[-2:]
-    i = torch.arange(L, device=q.device).unsqueeze(1)
-    j = torch.arange(S, device=q.device).unsqueeze(0)
-    scores = scores - slopes.to(scores.dtype).view(-1, 1, 1) * (i - j).abs().to(scores.dtype)
+    scores = scores + linear_bias(slopes.to(scores.dtype), *scores.shape[-2:])
     w = masked_softmax(scores, mask)
     return dropped(w, dropout, keep) @ v, w
