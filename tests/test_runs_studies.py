@@ -77,6 +77,24 @@ def test_only_narrows_to_the_named_cells_with_the_same_keys(capsys):
     assert exc.value.code == 2 and "has no model ['nope']" in capsys.readouterr().err
 
 
+def test_only_narrows_to_datasets_too(capsys):
+    study = studies.get("simakt")
+    full = {r["key"] for r in study.plan()}
+    some = study.only(None, ["algebra05"]).plan()
+    assert {r["dataset"] for r in some} == {"algebra05"} and {r["key"] for r in some} <= full
+    assert len({r["model"] for r in some}) == 5  # every row of the study, on that dataset
+    both = study.only(["dtransformer"], ["algebra05", "statics2011"]).plan()
+    assert {(r["dataset"], r["model"]) for r in both} == {
+        ("algebra05", "dtransformer"),
+        ("statics2011", "dtransformer"),
+    }
+    with pytest.raises(ValueError, match=r"study simakt has no dataset \['nope'\]"):
+        study.only(None, ["nope"])
+    studies.main(["status", "simakt", "--datasets", "algebra05"])
+    out = capsys.readouterr().out
+    assert "algebra05 " in out and "statics2011 " not in out
+
+
 def test_plan_refuses_an_unknown_study():
     with pytest.raises(KeyError, match="the studies are"):
         studies.get("nope")

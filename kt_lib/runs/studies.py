@@ -406,13 +406,14 @@ def main(argv: list[str] | None = None) -> None:
             help="only each cell's first N folds (seeds): every cell gets them before any "
             "gets more",
         )
-        s.add_argument(
-            "--models",
-            nargs="+",
-            default=None,
-            metavar="MODEL",
-            help="only these models' cells (labels as status lists them); the others are left",
-        )
+        for flag, what in (("--models", "model"), ("--datasets", "dataset")):
+            s.add_argument(
+                flag,
+                nargs="+",
+                default=None,
+                metavar=what.upper(),
+                help=f"only these {what}s' cells (as status lists them); the others are left",
+            )
     a = p.parse_args(argv)
     if a.cmd == "list":
         head = ("study", "done", "left", "CPU-h left", "GPU-h left")
@@ -432,9 +433,9 @@ def main(argv: list[str] | None = None) -> None:
         if a.first < 1:
             p.error(f"--first {a.first}: must be >= 1")
         study = study.first(a.first)
-    if getattr(a, "models", None):
+    if getattr(a, "models", None) or getattr(a, "datasets", None):
         try:
-            study = study.only(a.models)
+            study = study.only(a.models, a.datasets)
         except ValueError as e:
             p.error(str(e))
     if a.cmd == "park":
@@ -468,7 +469,7 @@ def main(argv: list[str] | None = None) -> None:
         execution = ExecConfig.from_args(a)
         run(study, a.data_root, a.device, execution, a.out, progress=sys.stderr.isatty())
     rows, left, eta = status(study, a.data_root, a.out, a.device, pool)
-    # the cells the (narrowed: --models, --first) study plans; costs still read every run
+    # the cells the narrowed (--models, --datasets, --first) study plans; costs read every run
     keys = {p_["key"] for p_ in study.plan(a.data_root)}
     mine = [r for r in rows if r.get("run_key") in keys]
     print(f"{study.name}: {len(mine)} runs done, {len(left)} left; ETA {fmt_eta(eta)}")

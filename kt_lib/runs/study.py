@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from ..data.prepare import prepare as prepare_raw
@@ -27,6 +28,10 @@ class Part:
 
     datasets: tuple[tuple[str, str], ...]
     models: tuple[str, ...]
+
+
+def _dataset_names(part: Part) -> list[str]:
+    return [name for name, _ in part.datasets]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,18 +90,27 @@ class Study:
             raise ValueError(f"first must be >= 1, got {n}")
         return dataclasses.replace(self, folds=min(n, self.folds), seeds=self.seeds[:n])
 
-    def only(self, models: list[str] | tuple[str, ...] | None) -> Study:
+    def only(self, models: Sequence[str] | None, datasets: Sequence[str] | None = None) -> Study:
         """The study narrowed to the cells of `models` (the labels `status` lists: a model or a
-        variant), the same run keys, so `run --models a b` fills those cells first and leaves the
-        others for a later run (a long run need not hold a core while cheaper ones wait)."""
-        if not models:
+        variant) and of `datasets` (None: all), the same run keys, so `run --models a b` fills
+        those cells first and leaves the others for a later run (a long run need not hold a core
+        while cheaper ones wait)."""
+        if not models and not datasets:
             return self
-        known = list(dict.fromkeys(m for part in self.parts for m in part.models))
-        unknown = [m for m in models if m not in known]
-        if unknown:
-            raise ValueError(f"study {self.name} has no model {unknown}; its models: {known}")
-        parts = [Part(p.datasets, tuple(m for m in p.models if m in models)) for p in self.parts]
-        return dataclasses.replace(self, parts=tuple(p for p in parts if p.models))
+        names = [(models, "model", lambda p: p.models), (datasets, "dataset", _dataset_names)]
+        for asked, kind, of in names:
+            known = list(dict.fromkeys(x for part in self.parts for x in of(part)))
+            unknown = [x for x in asked or () if x not in known]
+            if unknown:
+                raise ValueError(f"study {self.name} has no {kind} {unknown}; its {kind}s: {known}")
+        parts = [
+            Part(
+                tuple(d for d in p.datasets if not datasets or d[0] in datasets),
+                tuple(m for m in p.models if not models or m in models),
+            )
+            for p in self.parts
+        ]
+        return dataclasses.replace(self, parts=tuple(p for p in parts if p.models and p.datasets))
 
     @property
     def path(self) -> Path:
