@@ -134,6 +134,22 @@ def _bh(t: torch.Tensor) -> torch.Tensor:
     return t.flatten(0, 1)
 
 
+def step_major(t: torch.Tensor) -> bool:
+    """Whether heads [B, H, L, Dh] lie in [B, L, H, Dh] memory (`split_heads` of a contiguous
+    [B, L, D]): then outputs and gradients are allocated that way, so that `merge_heads` and
+    the backward of `split_heads` are views instead of copies."""
+    return t.dim() == 4 and t.transpose(1, 2).is_contiguous()
+
+
+def new_heads(like: torch.Tensor, shape, step_major_layout: bool) -> torch.Tensor:
+    """Zeros [B, H, L, D] = `shape` like `like` (dtype, device), in [B, L, H, D] memory when
+    `step_major_layout`, else contiguous."""
+    B, H, L, D = shape
+    if step_major_layout:
+        return like.new_zeros(B, L, H, D).transpose(1, 2)
+    return like.new_zeros(B, H, L, D)
+
+
 def _chunks(B: int, per_row: int):
     rows = max(1, min(B, CHUNK_ELEMS // max(1, per_row)))
     return rows, [(b0, min(B, b0 + rows)) for b0 in range(0, B, rows)]
@@ -161,6 +177,7 @@ class _MonotonicCore(torch.autograd.Function):
         # q [B, H, L, Dh] k/v [B, H, S, Dh] theta [H] bias [B|1, H|1, L, S] pos [L, S]
         B, H, L, Dh = q.shape
         S = k.shape[2]
+        ctx.layout = [step_major(t) for t in (q, k, v)]
         # contiguous heads: every chunk slice below is then a strided view bmm reads in place
         qs = torch.mul(q, Dh**-0.5, out=q.new_empty(q.shape))  # contiguous
         k, v = k.contiguous(), v.contiguous()
@@ -171,7 +188,7 @@ class _MonotonicCore(torch.autograd.Function):
             blocks = [(0, L, S)]
         else:
             blocks = _query_blocks(bias > torch.finfo(q.dtype).min / 4)
-        out = q.new_zeros(B, H, L, v.shape[-1])
+        out = new_heads(qs, (B, H, L, v.shape[-1]), ctx.layout[0])
         full_w = q.new_zeros(B, H, L, S) if need_weights else None
         full_u = q.new_zeros(B, H, L, S) if need_weights else None
         keep_grad = any(ctx.needs_input_grad)
@@ -239,8 +256,10 @@ class _MonotonicCore(torch.autograd.Function):
         qs, k, v, theta, has_key, *saved = ctx.saved_tensors
         p = ctx.p
         B, H, L, Dh = qs.shape
-        g_out = g_out * has_key
-        gq, gk, gv = torch.zeros_like(qs), torch.zeros_like(k), torch.zeros_like(v)
+        g_out = torch.mul(g_out, has_key, out=g_out.new_empty(g_out.shape))  # contiguous heads
+        gq, gk, gv = (
+            new_heads(t, t.shape, sm) for t, sm in zip((qs, k, v), ctx.layout, strict=True)
+        )
         g_y = torch.zeros(H, dtype=torch.float64, device=qs.device)  # sum of ds * s3 * (-y)
         for i, (l0, l1, s1) in enumerate(ctx.blocks):
             if s1 == 0:
@@ -299,6 +318,7 @@ class _DropoutAttention(torch.autograd.Function):
         # extra None or a fixed additive score bias broadcastable to [B, H, L, S] (no gradient)
         B, H, L, Dh = q.shape
         S = k.shape[-2]
+        ctx.layout = [step_major(t) for t in (q, k, v)]
         qs = torch.mul(q, Dh**-0.5, out=q.new_empty(q.shape))  # contiguous heads
         k, v = k.contiguous(), v.contiguous()
         if mask is None and select is not None:  # the selection reads which keys are readable
@@ -312,7 +332,7 @@ class _DropoutAttention(torch.autograd.Function):
             extra = extra.to(q.dtype)
             bias = extra if bias is None else bias + extra
             bias = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
-        out = q.new_zeros(B, H, L, v.shape[-1])
+        out = new_heads(qs, (B, H, L, v.shape[-1]), ctx.layout[0])
         saved: list[torch.Tensor] = []
         scale = 1.0
         for l0, l1, s1 in blocks:
@@ -357,11 +377,12 @@ class _DropoutAttention(torch.autograd.Function):
         ctx.done = True
         qs, k, v, out, *saved = ctx.saved_tensors
         Dh = qs.shape[-1]
-        g = g.contiguous()
         # softmax backward needs sum_j dW_j W_j = sum_j (gs . v_j) keep_j W_j = g . out
         dot = (g * out).sum(-1, keepdim=True)
-        gs = g * ctx.scale
-        g_q, g_k, g_v = torch.zeros_like(qs), torch.zeros_like(k), torch.zeros_like(v)
+        gs = torch.mul(g, ctx.scale, out=g.new_empty(g.shape))  # contiguous heads, scaled
+        g_q, g_k, g_v = (
+            new_heads(t, t.shape, sm) for t, sm in zip((qs, k, v), ctx.layout, strict=True)
+        )
         for i, (l0, l1, s1) in enumerate(ctx.blocks):
             if s1 == 0:
                 continue
