@@ -82,5 +82,4 @@ def kernel_draws(monkeypatch) -> list[torch.Tensor]:
         return scale
 
     monkeypatch.setattr(cpu_kernels, "draw_keep", recording)
-    monkeypatch.setattr("kt_lib.nn.penumbral.draw_keep", recording)
     return draws

@@ -291,8 +291,40 @@ class _MonotonicCore(torch.autograd.Function):
         return gq.mul_(Dh**-0.5), gk, gv, g_theta, None, None, None, None, None, None
 
 
-class _DropoutAttention(torch.autograd.Function):
-    """softmax(q k^T / sqrt(Dh), masked) -> dropout -> @ v, fused by hand for training on CPU.
+class DotScores:
+    """The score of plain attention, q_i . k_j / sqrt(Dh), as a plug-in of `_ScoredAttention`.
+
+    A scorer has `prepare(*inputs) -> saved` (the tensors its chunks read, kept for backward),
+    `scores(saved, where, work) -> [n, H, l, s]` (a chunk's scores, in `work` or a new tensor),
+    `backward(saved, grads, d, where, work)` (adds a chunk's share of the inputs' gradients from
+    d = d loss / d scores; `grads` are zeros in the inputs' shapes and layouts) and
+    `finish(saved, grads) -> grads`; `where` = (b0, b1, l0, l1, s1): batch rows, query steps,
+    readable keys. `backward_work`: whether `backward` needs a chunk-sized scratch tensor."""
+
+    backward_work = False
+
+    def prepare(self, q, k):
+        return torch.mul(q, q.shape[-1] ** -0.5, out=q.new_empty(q.shape)), k.contiguous()
+
+    def scores(self, saved, where, work):
+        (qs, k), (b0, b1, l0, l1, s1) = saved, where
+        torch.bmm(_bh(qs[b0:b1, :, l0:l1]), _bh(k[b0:b1, :, :s1]).mT, out=_bh(work))
+        return work
+
+    def backward(self, saved, grads, d, where, work):
+        (qs, k), (g_q, g_k), (b0, b1, l0, l1, s1) = saved, grads, where
+        g_q[b0:b1, :, l0:l1] = d @ k[b0:b1, :, :s1]
+        g_k[b0:b1, :, :s1] += d.mT @ qs[b0:b1, :, l0:l1]
+
+    def finish(self, saved, grads):
+        grads[0].mul_(saved[0].shape[-1] ** -0.5)
+        return grads
+
+
+class _ScoredAttention(torch.autograd.Function):
+    """softmax(scores, masked) -> dropout -> @ v, fused by hand for training on CPU; the
+    scores come from a plug-in (`DotScores`: plain attention; stableKT's penumbral heads:
+    kt_lib.nn.penumbral), the chain after them is this one definition.
 
     SDPA's fused CPU kernel has no dropout (it falls back to a bernoulli_-based path), and
     autograd on the plain chain makes ~17 passes over the [B, H, L, S] weights. This one:
@@ -302,9 +334,13 @@ class _DropoutAttention(torch.autograd.Function):
     - keeps the weights W and the dropped weights P = W * keep per block (scratch from the
       buffer pool; P is the keep mask's buffer, multiplied in place); the dropout scale
       1 / (1 - p) is applied to the [L, Dh] output, not to [L, S] tensors;
-    - the softmax backward's row sums are g . out (a dot over Dh, not a pass over [L, S]).
+    - the softmax backward's row sums are g . out (a dot over Dh, not a pass over [L, S]), and
+      d scores = W (keep dW - g . out) = P (g v^T) - W (g . out) goes to the scorer's backward;
+    - the output and the gradients of v and of the scorer's inputs come back in the inputs'
+      own layout (`new_heads`).
     Masked keys get a large finite negative score; a row without any visible key comes out
-    finite (uniform) and the caller zeroes it. One backward per forward.
+    finite (uniform) and the caller zeroes it. `extra`: a fixed additive score bias (no
+    gradient). One backward per forward.
     `select` (sparseKT): a function (weights [n, H, l, s], readable [n|1, H|1, l, s]) -> kept
     (bool); each chunk's weights are then renormalised over the kept keys (the softmax over
     them), and the backward above holds unchanged, weights outside the kept set being 0.
@@ -313,46 +349,45 @@ class _DropoutAttention(torch.autograd.Function):
 
     @staticmethod
     @without_autocast
-    def forward(ctx, q, k, v, mask, p: float, extra=None, select=None):
-        # q [B, H, L, Dh] k/v [B, H, S, Dh]; mask None or bool broadcastable to [B, H, L, S];
-        # extra None or a fixed additive score bias broadcastable to [B, H, L, S] (no gradient)
-        B, H, L, Dh = q.shape
-        S = k.shape[-2]
-        ctx.layout = [step_major(t) for t in (q, k, v)]
-        qs = torch.mul(q, Dh**-0.5, out=q.new_empty(q.shape))  # contiguous heads
-        k, v = k.contiguous(), v.contiguous()
+    def forward(ctx, v, scorer, mask, p: float, extra, select, *inputs):
+        # inputs [B, H, L|S, .] (the scorer's); v [B, H, S, Dv]; mask None or bool
+        # broadcastable to [B, H, L, S]; extra None or broadcastable to [B, H, L, S]
+        B, H, L = inputs[0].shape[:3]
+        S = v.shape[-2]
+        ctx.layout = [(t.shape, step_major(t)) for t in (v, *inputs)]
+        saved_in = scorer.prepare(*inputs)
+        v = v.contiguous()
         if mask is None and select is not None:  # the selection reads which keys are readable
-            mask = torch.ones(L, S, dtype=torch.bool, device=q.device)
+            mask = torch.ones(L, S, dtype=torch.bool, device=v.device)
         if mask is None:
             blocks, bias = [(0, L, S)], None
         else:
             mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
-            blocks, bias = _query_blocks(mask), _masked_bias(mask, q.dtype)
+            blocks, bias = _query_blocks(mask), _masked_bias(mask, v.dtype)
         if extra is not None:
-            extra = extra.to(q.dtype)
-            bias = extra if bias is None else bias + extra
-            bias = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
-        out = new_heads(qs, (B, H, L, v.shape[-1]), ctx.layout[0])
+            extra = extra.to(v.dtype)
+            extra = extra.reshape((1,) * (4 - extra.dim()) + tuple(extra.shape))
+        out = new_heads(v, (B, H, L, v.shape[-1]), ctx.layout[1][1])
         saved: list[torch.Tensor] = []
         scale = 1.0
         for l0, l1, s1 in blocks:
             shape = (B, H, l1 - l0, s1)
             if s1 == 0:  # no query of the block reads a key: zero output
-                saved += [qs.new_empty(0)] * 2
+                saved += [v.new_empty(0)] * 2
                 continue
-            W = POOL.take(shape, q)
-            P = POOL.take(shape, q) if p > 0 else None  # the keep mask, then the dropped W
+            W = POOL.take(shape, v)
+            P = POOL.take(shape, v) if p > 0 else None  # the keep mask, then the dropped W
             if P is not None:
                 scale = draw_keep(P, p)  # 0/1; the scale goes onto the output
-            bias_b = None if bias is None else bias[..., l0:l1, :s1]
             rows, chunks = _chunks(B, H * (l1 - l0) * s1)
-            work = POOL.take((rows, *shape[1:]), q)
+            work = POOL.take((rows, *shape[1:]), v)
             for b0, b1 in chunks:
-                a, w = work[: b1 - b0], W[b0:b1]
-                torch.bmm(_bh(qs[b0:b1, :, l0:l1]), _bh(k[b0:b1, :, :s1]).mT, out=_bh(a))
-                if bias_b is not None:
-                    a.add_(_rows(bias_b, b0, b1))
-                torch.softmax(a, -1, out=w)
+                a = scorer.scores(saved_in, (b0, b1, l0, l1, s1), work[: b1 - b0])
+                if bias is not None:
+                    a.add_(_rows(bias, b0, b1)[..., l0:l1, :s1])
+                if extra is not None:
+                    a.add_(_rows(extra, b0, b1)[..., l0:l1, :s1])
+                w = torch.softmax(a, -1, out=W[b0:b1])
                 if select is not None:  # renormalised over the kept keys
                     w.mul_(select(w, _rows(mask, b0, b1)[..., l0:l1, :s1]))
                     w.div_(w.sum(-1, keepdim=True).clamp_min_(torch.finfo(w.dtype).tiny))
@@ -363,8 +398,8 @@ class _DropoutAttention(torch.autograd.Function):
             saved += [W, P if P is not None else W.new_empty(0)]
         out.mul_(scale)
         if any(ctx.needs_input_grad):
-            ctx.save_for_backward(qs, k, v, out, *saved)
-            ctx.blocks, ctx.scale = blocks, scale
+            ctx.save_for_backward(v, out, *saved_in, *saved)
+            ctx.blocks, ctx.scale, ctx.scorer, ctx.n_in = blocks, scale, scorer, len(saved_in)
         else:
             POOL.give(*saved)
         return out
@@ -375,33 +410,38 @@ class _DropoutAttention(torch.autograd.Function):
         if getattr(ctx, "done", False):  # its buffers went back to the pool after the first
             raise RuntimeError("attention dropout supports one backward per forward")
         ctx.done = True
-        qs, k, v, out, *saved = ctx.saved_tensors
-        Dh = qs.shape[-1]
+        v, out, *rest = ctx.saved_tensors
+        saved_in, saved = rest[: ctx.n_in], rest[ctx.n_in :]
         # softmax backward needs sum_j dW_j W_j = sum_j (gs . v_j) keep_j W_j = g . out
         dot = (g * out).sum(-1, keepdim=True)
         gs = torch.mul(g, ctx.scale, out=g.new_empty(g.shape))  # contiguous heads, scaled
-        g_q, g_k, g_v = (
-            new_heads(t, t.shape, sm) for t, sm in zip((qs, k, v), ctx.layout, strict=True)
-        )
+        g_v, *grads = (new_heads(v, shape, sm) for shape, sm in ctx.layout)
         for i, (l0, l1, s1) in enumerate(ctx.blocks):
             if s1 == 0:
                 continue
             W, P = saved[2 * i : 2 * i + 2]
-            rows, chunks = _chunks(qs.shape[0], W[0].numel())
-            work = POOL.take((rows, *W.shape[1:]), W)
+            rows, chunks = _chunks(v.shape[0], W[0].numel())
+            t_buf = POOL.take((rows, *W.shape[1:]), W)
+            work = POOL.take((rows, *W.shape[1:]), W) if ctx.scorer.backward_work else None
             for b0, b1 in chunks:
-                t = work[: b1 - b0]
-                go, kc, vc = gs[b0:b1, :, l0:l1], k[b0:b1, :, :s1], v[b0:b1, :, :s1]
+                t = t_buf[: b1 - b0]
+                go, vc = gs[b0:b1, :, l0:l1], v[b0:b1, :, :s1]
                 pw = P[b0:b1] if P.numel() else W[b0:b1]  # dropped weights (W: no dropout)
                 g_v[b0:b1, :, :s1] += pw.mT @ go
                 torch.bmm(_bh(go), _bh(vc).mT, out=_bh(t))  # d loss / d dropped weights
                 # -> scores: W (keep t - dot) = P t - W dot
                 t.mul_(pw).addcmul_(W[b0:b1], dot[b0:b1, :, l0:l1], value=-1.0)
-                g_q[b0:b1, :, l0:l1] = t @ kc
-                g_k[b0:b1, :, :s1] += t.mT @ qs[b0:b1, :, l0:l1]
-            POOL.give(work)
+                part = None if work is None else work[: b1 - b0]
+                ctx.scorer.backward(saved_in, grads, t, (b0, b1, l0, l1, s1), part)
+            POOL.give(t_buf, work)
         POOL.give(*saved)
-        return g_q.mul_(Dh**-0.5), g_k, g_v, None, None, None, None
+        grads = ctx.scorer.finish(saved_in, grads)
+        return g_v, None, None, None, None, None, *grads
+
+
+def scored_attention(scorer, inputs, v, mask, dropout: float, extra=None, select=None):
+    """`_ScoredAttention` with `scorer`'s scores of `inputs` (see `DotScores`)."""
+    return _ScoredAttention.apply(v, scorer, mask, float(dropout), extra, select, *inputs)
 
 
 def score_bias(mask: torch.Tensor | None, bias: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -417,7 +457,7 @@ def attention(q, k, v, mask, dropout: float, bias=None):
     fused CPU kernel (it has no dropout of its own: it would fall back to `bernoulli_`); `bias`:
     a fixed additive score bias (ALiBi's), or None."""
     if dropout > 0:
-        return _DropoutAttention.apply(q, k, v, mask, dropout, bias)
+        return scored_attention(DotScores(), (q, k), v, mask, dropout, bias)
     if bias is not None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=score_bias(mask, bias, q.dtype))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask(mask))
@@ -427,7 +467,7 @@ def sparse_attention(q, k, v, mask, dropout: float, select):
     """k-sparse attention without weights (sparseKT): the fused kernel, each chunk's softmax
     weights kept where `select(weights, readable)` says and renormalised over those keys (=
     reference.sparse_attention with reweight "renormalise"); dropout only when > 0."""
-    return _DropoutAttention.apply(q, k, v, mask, dropout, None, select)
+    return scored_attention(DotScores(), (q, k), v, mask, dropout, None, select)
 
 
 def monotonic(q, k, v, theta, mask, dropout: float, need_weights: bool, whole: bool = False):
