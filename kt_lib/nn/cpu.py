@@ -129,7 +129,7 @@ def _rows(t: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
     return t if t.shape[0] == 1 else t[b0:b1]
 
 
-def _bh(t: torch.Tensor) -> torch.Tensor:
+def fold_heads(t: torch.Tensor) -> torch.Tensor:
     """[n, H, L, X] -> [n * H, L, X] view (a slice of contiguous heads folds its batch dims)."""
     return t.flatten(0, 1)
 
@@ -206,7 +206,11 @@ class _MonotonicCore(torch.autograd.Function):
             for b0, b1 in chunks:
                 n = b1 - b0
                 a, w, m = (x[:n] for x in work)
-                torch.bmm(_bh(qs[b0:b1, :, l0:l1]), _bh(k[b0:b1, :, :s1]).mT, out=_bh(a))
+                torch.bmm(
+                    fold_heads(qs[b0:b1, :, l0:l1]),
+                    fold_heads(k[b0:b1, :, :s1]).mT,
+                    out=fold_heads(a),
+                )
                 a.add_(_rows(bias_b, b0, b1))  # masked keys: a large finite negative
                 torch.softmax(a, -1, out=w)  # undecayed masked softmax
                 if full_u is not None:
@@ -272,7 +276,7 @@ class _MonotonicCore(torch.autograd.Function):
                 n = b1 - b0
                 g, w = (x[:n] for x in work)
                 go, kc, vc = g_out[b0:b1, :, l0:l1], k[b0:b1, :, :s1], v[b0:b1, :, :s1]
-                torch.bmm(_bh(go), _bh(vc).mT, out=_bh(g))  # d loss / d P
+                torch.bmm(fold_heads(go), fold_heads(vc).mT, out=fold_heads(g))  # d loss / d P
                 wts = W[b0:b1]
                 pw = P[b0:b1] if p > 0 else wts
                 gv[b0:b1, :, :s1] += pw.transpose(-2, -1) @ go
@@ -308,7 +312,9 @@ class DotScores:
 
     def scores(self, saved, where, work):
         (qs, k), (b0, b1, l0, l1, s1) = saved, where
-        torch.bmm(_bh(qs[b0:b1, :, l0:l1]), _bh(k[b0:b1, :, :s1]).mT, out=_bh(work))
+        torch.bmm(
+            fold_heads(qs[b0:b1, :, l0:l1]), fold_heads(k[b0:b1, :, :s1]).mT, out=fold_heads(work)
+        )
         return work
 
     def backward(self, saved, grads, d, where, work):
@@ -428,7 +434,9 @@ class _ScoredAttention(torch.autograd.Function):
                 go, vc = gs[b0:b1, :, l0:l1], v[b0:b1, :, :s1]
                 pw = P[b0:b1] if P.numel() else W[b0:b1]  # dropped weights (W: no dropout)
                 g_v[b0:b1, :, :s1] += pw.mT @ go
-                torch.bmm(_bh(go), _bh(vc).mT, out=_bh(t))  # d loss / d dropped weights
+                torch.bmm(
+                    fold_heads(go), fold_heads(vc).mT, out=fold_heads(t)
+                )  # d loss / d dropped weights
                 # -> scores: W (keep t - dot) = P t - W dot
                 t.mul_(pw).addcmul_(W[b0:b1], dot[b0:b1, :, l0:l1], value=-1.0)
                 part = None if work is None else work[: b1 - b0]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .cpu import _bh, scored_attention
+from .cpu import fold_heads, scored_attention
 from .reference import PENUMBRAL_EPS, PENUMBRAL_SQ_MIN, penumbral_coords, penumbral_points
 
 
@@ -106,7 +106,7 @@ def penumbral_scores(q: torch.Tensor, k: torch.Tensor, radius: float, gamma: flo
 def _distance(uq, nq, uk, nk, work):
     """(delta, live) for one chunk: delta = sqrt(max(|u_q|^2 + |u_k|^2 - 2 u_q . u_k, SQ_MIN))
     written into `work` [n, H, l, s], and where the clamp passes a gradient (as torch's clamp)."""
-    torch.bmm(_bh(uq), _bh(uk).mT, out=_bh(work))
+    torch.bmm(fold_heads(uq), fold_heads(uk).mT, out=fold_heads(work))
     sq = work.mul_(-2).add_(nq).add_(nk)
     live = sq >= PENUMBRAL_SQ_MIN
     return sq.clamp_min_(PENUMBRAL_SQ_MIN).sqrt_(), live
