@@ -67,10 +67,7 @@ def attend(
     if need_weights or backend == "reference":
         out, w = reference.attention(q, k, v, mask, dropout, bias=bias)
         return out, (w if need_weights else None)
-    out = (cpu if backend == "cpu" else cuda).attention(q, k, v, mask, dropout, bias)
-    if mask is not None:
-        out = out * mask.any(-1, keepdim=True).to(out.dtype)
-    return out, None
+    return (cpu if backend == "cpu" else cuda).attention(q, k, v, mask, dropout, bias), None
 
 
 @dataclass

@@ -344,9 +344,10 @@ class _ScoredAttention(torch.autograd.Function):
       d scores = W (keep dW - g . out) = P (g v^T) - W (g . out) goes to the scorer's backward;
     - the output and the gradients of v and of the scorer's inputs come back in the inputs'
       own layout (`new_heads`).
-    Masked keys get a large finite negative score; a row without any visible key comes out
-    finite (uniform) and the caller zeroes it. `extra`: a fixed additive score bias (no
-    gradient). One backward per forward.
+    Masked keys get a large finite negative score; a row without any readable key outputs zeros
+    (its uniform weights are computed, then zeroed with the dropout scale in one pass, and its
+    gradient is zeroed likewise). `extra`: a fixed additive score bias (no gradient). One
+    backward per forward.
     `select` (sparseKT): a function (weights [n, H, l, s], readable [n|1, H|1, l, s]) -> kept
     (bool); each chunk's weights are then renormalised over the kept keys (the softmax over
     them), and the backward above holds unchanged, weights outside the kept set being 0.
@@ -366,10 +367,11 @@ class _ScoredAttention(torch.autograd.Function):
         if mask is None and select is not None:  # the selection reads which keys are readable
             mask = torch.ones(L, S, dtype=torch.bool, device=v.device)
         if mask is None:
-            blocks, bias = [(0, L, S)], None
+            blocks, bias, has_key = [(0, L, S)], None, None
         else:
             mask = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
             blocks, bias = _query_blocks(mask), _masked_bias(mask, v.dtype)
+            has_key = mask.any(-1, keepdim=True).to(v.dtype)  # [B|1, H|1, L, 1]
         if extra is not None:
             extra = extra.to(v.dtype)
             extra = extra.reshape((1,) * (4 - extra.dim()) + tuple(extra.shape))
@@ -402,10 +404,14 @@ class _ScoredAttention(torch.autograd.Function):
                 out[b0:b1, :, l0:l1] = w @ v[b0:b1, :, :s1]
             POOL.give(work)
             saved += [W, P if P is not None else W.new_empty(0)]
-        out.mul_(scale)
+        # the dropout scale, and zeros on rows without a readable key (one pass)
+        row_scale = (
+            torch.full((1,) * 4, scale, dtype=v.dtype) if has_key is None else has_key * scale
+        )
+        out.mul_(row_scale)
         if any(ctx.needs_input_grad):
-            ctx.save_for_backward(v, out, *saved_in, *saved)
-            ctx.blocks, ctx.scale, ctx.scorer, ctx.n_in = blocks, scale, scorer, len(saved_in)
+            ctx.save_for_backward(v, out, row_scale, *saved_in, *saved)
+            ctx.blocks, ctx.scorer, ctx.n_in = blocks, scorer, len(saved_in)
         else:
             POOL.give(*saved)
         return out
@@ -416,11 +422,11 @@ class _ScoredAttention(torch.autograd.Function):
         if getattr(ctx, "done", False):  # its buffers went back to the pool after the first
             raise RuntimeError("attention dropout supports one backward per forward")
         ctx.done = True
-        v, out, *rest = ctx.saved_tensors
+        v, out, row_scale, *rest = ctx.saved_tensors
         saved_in, saved = rest[: ctx.n_in], rest[ctx.n_in :]
         # softmax backward needs sum_j dW_j W_j = sum_j (gs . v_j) keep_j W_j = g . out
         dot = (g * out).sum(-1, keepdim=True)
-        gs = torch.mul(g, ctx.scale, out=g.new_empty(g.shape))  # contiguous heads, scaled
+        gs = torch.mul(g, row_scale, out=g.new_empty(g.shape))  # contiguous heads, scaled
         g_v, *grads = (new_heads(v, shape, sm) for shape, sm in ctx.layout)
         for i, (l0, l1, s1) in enumerate(ctx.blocks):
             if s1 == 0:
@@ -460,21 +466,26 @@ def score_bias(mask: torch.Tensor | None, bias: torch.Tensor, dtype: torch.dtype
     return bias if mask is None else bias + _masked_bias(mask, dtype)
 
 
+def zero_empty_rows(out: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """`out` with zeros on the rows of queries that may read no key."""
+    return out if mask is None else out * mask.any(-1, keepdim=True).to(out.dtype)
+
+
 def attention(q, k, v, mask, dropout: float, bias=None):
     """Plain attention without weights: the fused kernel in training with dropout, else SDPA's
     fused CPU kernel (it has no dropout of its own: it would fall back to `bernoulli_`); `bias`:
-    a fixed additive score bias (ALiBi's), or None."""
+    a fixed additive score bias (ALiBi's), or None. Rows without a readable key output zeros."""
     if dropout > 0:
         return scored_attention(DotScores(), (q, k), v, mask, dropout, bias)
-    if bias is not None:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=score_bias(mask, bias, q.dtype))
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=safe_mask(mask))
+    attn_mask = safe_mask(mask) if bias is None else score_bias(mask, bias, q.dtype)
+    return zero_empty_rows(F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask), mask)
 
 
 def sparse_attention(q, k, v, mask, dropout: float, select):
     """k-sparse attention without weights (sparseKT): the fused kernel, each chunk's softmax
     weights kept where `select(weights, readable)` says and renormalised over those keys (=
-    reference.sparse_attention with reweight "renormalise"); dropout only when > 0."""
+    reference.sparse_attention with reweight "renormalise"); dropout only when > 0. Rows
+    without a readable key output zeros."""
     return scored_attention(DotScores(), (q, k), v, mask, dropout, None, select)
 
 

@@ -20,10 +20,11 @@ from .reference import safe_mask
 
 
 def attention(q, k, v, mask, dropout: float, bias=None):
-    """Plain attention (no weights returned) through SDPA; rows without keys are zeroed by the
-    caller. `bias`: a fixed additive score bias (ALiBi's) folded into SDPA's float mask."""
+    """Plain attention (no weights returned) through SDPA; rows without a readable key output
+    zeros. `bias`: a fixed additive score bias (ALiBi's) folded into SDPA's float mask."""
     attn_mask = safe_mask(mask) if bias is None else cpu.score_bias(mask, bias, q.dtype)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout)
+    return cpu.zero_empty_rows(out, mask)
 
 
 def monotonic(q, k, v, theta, mask, dropout: float, need_weights: bool):

@@ -166,9 +166,6 @@ def penumbral_attention(q, k, v, radius: float, gamma: float, mask, dropout: flo
     dropout on the weights, times v; rows without a readable key output zeros. q [B, H, L, Dh],
     k/v [B, H, S, Dh], mask bool broadcastable to [B, H, L, S], extra the fixed linear bias
     [H|1, L, S]. Weights are not returned (the reference gives them)."""
-    if mask is None:
-        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device)
     (uq, zq), (uk, zk) = penumbral_coords(q, radius), penumbral_coords(k, radius)
     scorer = PenumbralScores(radius, -gamma / q.shape[-1] ** 0.5)
-    out = scored_attention(scorer, (uq, uk, zq, zk), v, mask, dropout, extra)
-    return out * mask.any(-1, keepdim=True).to(out.dtype)
+    return scored_attention(scorer, (uq, uk, zq, zk), v, mask, dropout, extra)

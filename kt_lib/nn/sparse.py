@@ -48,9 +48,7 @@ def sparse_attend(
             select = functools.partial(reference.topk_keep, k=k_top)
         else:
             select = functools.partial(reference.threshold_keep, ratio=ratio)
-        out = cpu.sparse_attention(q, k, v, mask, dropout, select)
-        if mask is not None:  # rows without a readable key: zeros
-            out = out * mask.any(-1, keepdim=True).to(out.dtype)
+        out = cpu.sparse_attention(q, k, v, mask, dropout, select)  # empty rows: zeros
         return out.to(dtype), None
     out, w = reference.sparse_attention(
         q, k, v, mask, selection, k_top, ratio, dropout, reweight=reweight
