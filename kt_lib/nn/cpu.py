@@ -405,9 +405,7 @@ class _ScoredAttention(torch.autograd.Function):
             POOL.give(work)
             saved += [W, P if P is not None else W.new_empty(0)]
         # the dropout scale, and zeros on rows without a readable key (one pass)
-        row_scale = (
-            torch.full((1,) * 4, scale, dtype=v.dtype) if has_key is None else has_key * scale
-        )
+        row_scale = v.new_full((1,) * 4, scale) if has_key is None else has_key * scale
         out.mul_(row_scale)
         if any(ctx.needs_input_grad):
             ctx.save_for_backward(v, out, row_scale, *saved_in, *saved)
