@@ -67,6 +67,7 @@ PUBLISHED: tuple[PublishedResult, ...] = (
             ("sparsekt_soft", 0.7379),
             ("sparsekt_topk", 0.7502),
             ("sparsekt_topk_pykt", 0.7502),  # the same figure: pyKT's second softmax
+            ("sparsekt_topk_lr1e-4", 0.7502),  # the same figure: pyKT's script's rate
             ("atkt", 0.7245),
             ("atkt_pykt", 0.7245),  # the same figure: our ATKT at pyKT's sizes
             ("deep_irt", 0.7219),
