@@ -130,10 +130,12 @@ class MonotonicAttention(nn.Module):
         One query per slot instead of DTransformer's copy per (slot, step): the scores are
         computed once per key and shared by every query step (strict past, `keep`: unhidden keys).
         """
-        q = self.split(self.q_proj(slots).unsqueeze(-2)).unsqueeze(0)  # [1, K, H, 1, Dh]
-        k = self.keys(key).unsqueeze(1)  # [B, 1, H, S, Dh]
+        q = self.split(self.q_proj(slots))  # [H, K, Dh]
+        k = self.keys(key)  # [B, H, S, Dh]
         v = self.split(self.v_proj(value)).unsqueeze(1)  # [B, 1, H, S, Dh]
-        scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)  # [B, K, H, 1, S]
+        # one product per head over every (row, key): broadcasting q against k would copy k
+        # once per slot, in the backward too
+        scores = torch.einsum("hkd,bhsd->bkhs", q * q.shape[-1] ** -0.5, k).unsqueeze(3)
         y, w = slot_attention_projected(
             scores, v, self.gamma, self.out_proj, slots, keep, dropout, need_weights, strict
         )

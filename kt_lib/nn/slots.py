@@ -22,9 +22,13 @@ outputs and gradients with the reference in float64 (tests/test_attention.py).
 
 from __future__ import annotations
 
+import ctypes
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
 
+from . import native
 from .cpu import without_autocast
 from .reference import DECAY_MIN, MAXOUT_FLOOR
 
@@ -76,10 +80,44 @@ def _rows(t: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
     return t if t.shape[0] == 1 else t[b0:b1]
 
 
+_USE_NATIVE = True
+_P, _L = ctypes.c_void_p, ctypes.c_long
+# r, log P, log C, keep, keep rows, theta, B, H, K, S; chunk b0, b1, t0, t1, s1, strict
+_SIG = [_P] * 4 + [_L, _P] + [_L] * 4 + [_L] * 5 + [ctypes.c_int]
+
+
+@contextmanager
+def native_chain(enabled: bool):
+    """Within: the cpu float32 path uses the native chain (True, where it builds) or torch's
+    (False). For A/B benchmarks and tests; the default is native."""
+    global _USE_NATIVE
+    before, _USE_NATIVE = _USE_NATIVE, enabled
+    try:
+        yield
+    finally:
+        _USE_NATIVE = before
+
+
+def _native(r: torch.Tensor):
+    """The compiled chain (kt_lib/nn/native/slot_chain.c) where it applies: float32 on CPU."""
+    if not (_USE_NATIVE and r.device.type == "cpu" and r.dtype == torch.float32):
+        return None
+    lib = native.load("slot_chain")
+    if lib is not None and lib.slot_weights.argtypes is None:
+        # pairs p0, p1; w, decay, distance, 1 / sum, argmax (the last four NULL in the forward)
+        lib.slot_weights.argtypes = [*_SIG, _L, _L] + [_P] * 5
+        # pairs; those five; dL/dw, dL/dr, dL/dtheta
+        lib.slot_grads.argtypes = [*_SIG, _L, _L] + [_P] * 8
+    return lib
+
+
 class _Inputs:
     """The small inputs in the kernel's layout: head-major, the slots of a query step side by
     side ([b, H, Lq, K, S'] per chunk), so that one matrix product per (row, head) serves every
-    slot and step of a chunk (M = Lq * K rows) and the heads' outputs merge with one copy."""
+    slot and step of a chunk (M = Lq * K rows) and the heads' outputs merge with one copy.
+
+    With the native chain (`lib`), a chunk's weights and its score gradients come from one C
+    pass per row (kt_lib/nn/native/slot_chain.c) instead of `chunk`'s torch passes."""
 
     def __init__(self, r, v, gamma, keep, strict: bool):
         self.r = r.squeeze(3).transpose(1, 2).contiguous()  # [B, H, K, S]
@@ -89,6 +127,52 @@ class _Inputs:
         self.log_p, log_c = prefix_logsums(self.r, keep, strict)
         # a query with nothing to read (C_t = 0): +inf gives it finite, unused distances
         self.log_c = log_c.masked_fill(log_c == float("-inf"), float("inf"))
+        self.lib = _native(self.r)
+        if self.lib is not None:  # finite sentinels (the C is built with -ffast-math)
+            B, H, K, S = self.r.shape
+            self.c_in = (
+                self.log_p.clamp(min=-1e30).contiguous(),
+                self.log_c.clamp(max=1e30).contiguous(),
+                keep.to(torch.float32).contiguous(),
+                self.theta.detach().reshape(-1).contiguous(),
+            )
+            lp, lc, kf, th = self.c_in
+            ptrs = (self.r.data_ptr(), lp.data_ptr(), lc.data_ptr(), kf.data_ptr())
+            self.c_head = (*ptrs, kf.shape[0], th.data_ptr(), B, H, K, S)
+            seen = F.pad(keep.to(torch.int32).cumsum(-1), (1, 0))  # [Bk, S + 1]: kept j < i
+            self.seen = seen if strict else seen[:, 1:]
+
+    def native_weights(self, c, grad: bool = False):
+        """(w [b, H, Lq, K, S'] the max-out weights, zero in rows that read no key; rows
+        [b|1, 1, Lq, 1, 1] whether a query reads any key; with `grad`, what `native_grads`
+        needs: decay and distance [b, H, Lq, K, S'], 1 / sum and the argmax per row) from the
+        native chain."""
+        b0, b1, t0, t1, s1 = c
+        _, H, K, _ = self.r.shape
+        w = self.r.new_empty(b1 - b0, H, t1 - t0, K, s1)
+        saved = None
+        if grad:
+            rows_shape = w.shape[:-1]
+            saved = (torch.empty_like(w), torch.empty_like(w), w.new_empty(rows_shape))
+            saved += (torch.empty(rows_shape, dtype=torch.int32),)
+        chunk = (*self.c_head, b0, b1, t0, t1, s1, int(self.strict))
+        out = (w, *(saved or (None,) * 4))
+        ptrs = tuple(0 if t is None else t.data_ptr() for t in out)
+        native.run_split(self.lib.slot_weights, chunk, (b1 - b0) * H, ptrs)
+        rows = _rows(self.seen, b0, b1)[:, t0:t1] > 0
+        return w, rows.view(rows.shape[0], 1, -1, 1, 1), saved
+
+    def native_grads(self, c, w, saved, grad_w: torch.Tensor, grad_r: torch.Tensor):
+        """Adds dL/dr of chunk c to grad_r [B, H, K, S] from dL/dw [b, H, Lq, K, S'] (contiguous)
+        and returns the chunk's dL/dtheta [H] (the native chain's backward, from the weights
+        and what `native_weights(c, grad=True)` saved)."""
+        b0, b1, t0, t1, s1 = c
+        H = self.r.shape[1]
+        part = self.r.new_zeros(b1 - b0, H)
+        chunk = (*self.c_head, b0, b1, t0, t1, s1, int(self.strict))
+        tail = tuple(t.data_ptr() for t in (w, *saved, grad_w, grad_r, part))
+        native.run_split(self.lib.slot_grads, chunk, (b1 - b0) * H, tail)
+        return part.sum(0)
 
     def chunk(self, c: tuple[int, int, int, int, int], grad: bool = False):
         """(p, cap, rows, decay, dist, live, arg) of one chunk: p the masked softmax
@@ -110,7 +194,10 @@ class _Inputs:
         readable = (j < t) if self.strict else (j <= t)  # [Lq, 1, S']
         mask = readable & _rows(self.keep, b0, b1)[:, None, None, None, :s1]
         with torch.no_grad():  # AKT's distance carries no gradient; mass after j = 1 - P_j/C_t
-            dist = torch.expm1(lp - lc).mul_((j - t).to(dtype)).clamp_(min=0.0).sqrt_()
+            # lp_j <= lc_t wherever query t reads key j; elsewhere the clamp keeps expm1 finite
+            # (scores rising by more than ~88 within a block made it inf, and 0 * inf nan)
+            dist = torch.expm1((lp - lc).clamp_(max=0.0)).mul_((j - t).to(dtype))
+            dist = dist.clamp_(min=0.0).sqrt_()
         if grad:
             decay = torch.exp(dist * -self.theta)
             live = decay >= DECAY_MIN  # dist >= 0: decay <= 1, only the lower clamp can bind
@@ -154,12 +241,17 @@ class _SlotChunked(torch.autograd.Function):
             if s1 == 0:
                 o = r.new_zeros(b1 - b0, H, t1 - t0, K, Dh)
             else:
-                p, cap, rows, *_ = x.chunk(c)
-                w = p.div_(cap)
+                if x.lib is not None:
+                    w, rows, _ = x.native_weights(c)
+                else:
+                    p, cap, rows, *_ = x.chunk(c)
+                    w = p.div_(cap)
                 if nw:
                     w.mul_(rows)  # a row without keys: zero weights
                     w_all[b0:b1, :, :, t0:t1, :s1] = w.permute(0, 3, 1, 2, 4)
-                o = torch.where(rows, x.values(c, w), 0.0)  # not * 0: an inf would give nan
+                o = x.values(c, w)
+                if x.lib is None:  # the torch chain's rows without keys hold uniform weights
+                    o = torch.where(rows, o, 0.0)  # not * 0: an inf would give nan
             if not project:
                 out[b0:b1, t0:t1] = o.permute(0, 2, 3, 1, 4)
                 continue
@@ -191,8 +283,10 @@ class _SlotChunked(torch.autograd.Function):
         for c in plan(B, K, H, S, ctx.budget, ctx.strict, r.element_size()):
             b0, b1, t0, t1, s1 = c
             b, Lq = b1 - b0, t1 - t0
-            p = o = None
-            if s1 > 0:
+            w = o = None
+            if s1 > 0 and x.lib is not None:
+                w, rows, saved = x.native_weights(c, grad=True)
+            elif s1 > 0:
                 p, cap, rows, decay, dist, live, arg = x.chunk(c, grad=True)
                 w = p / cap
             if project:  # back through base + dropout(merged @ W^T + b)
@@ -201,23 +295,33 @@ class _SlotChunked(torch.autograd.Function):
                     gy = gy * drop_keep[b0:b1, t0:t1] * ctx.scale
                 if grad_bias is not None:
                     grad_bias += gy.sum((0, 1, 2))
-                if p is not None:  # the forward's output of the chunk, recomputed
-                    o = torch.where(rows, x.values(c, w), 0.0)  # [b, H, Lq, K, Dh]
+                if w is not None:  # the forward's output of the chunk, recomputed
+                    o = x.values(c, w)  # [b, H, Lq, K, Dh]
+                    if x.lib is None:
+                        o = torch.where(rows, o, 0.0)
                 if grad_weight is not None and o is not None:
                     grad_weight += gy.flatten(0, 2).T @ _merge(o).flatten(0, 2)
                 gc = (gy @ weight).view(b, Lq, K, H, Dh).permute(0, 3, 1, 2, 4)
             else:
                 gc = g[b0:b1, :, :, t0:t1].permute(0, 2, 3, 1, 4)  # [b, H, Lq, K, Dh]
-            if p is None:
+            if w is None:
                 continue
-            # a row without keys passes no gradient back (its output is zero); contiguous: gc
-            # may be a permuted view of the incoming gradient
-            gc = (gc * rows).contiguous()
+            # a row without keys passes no gradient back (its output is zero; the native chain's
+            # weights are zero there already); contiguous: gc may be a permuted view
+            gc = (gc if x.lib is not None else gc * rows).contiguous()
             flat = gc.view(b, H, Lq * K, Dh)
             vc = x.v[b0:b1, :, :s1]  # [b, H, S', Dh]
             if need_v:  # w^T g, summed over the slots and steps of the chunk
                 grad_v[b0:b1, :, :s1] += w.view(b, H, Lq * K, s1).transpose(-1, -2) @ flat
             grad_w = (flat @ vc.transpose(-1, -2)).view(b, H, Lq, K, s1)
+            if x.lib is not None:  # the rest of the chain in one C pass per row
+                if need_r or need_gamma:
+                    if grad_r is None:
+                        grad_r = torch.zeros_like(x.r)  # scratch: the kernel writes both
+                    g_theta = x.native_grads(c, w, saved, grad_w, grad_r)
+                    if need_gamma:
+                        grad_theta += g_theta
+                continue
             # w = p / cap, cap = max(max_j p_j, 0.2): d/dp = 1/cap, and through cap at the argmax.
             # dot = sum_j grad_w_j w_j = g . (w @ v) = g . o: a dot over Dh, not a pass over S'
             if o is not None:
@@ -238,8 +342,8 @@ class _SlotChunked(torch.autograd.Function):
                 t = grad_s.mul_(dist).mul_(live).sum(2).mul_(x.r[b0:b1, :, :, :s1])
                 grad_theta -= t.sum((0, 2, 3))
         grad_gamma = grad_theta * torch.sigmoid(gamma) if need_gamma else None
-        if need_r:
-            grad_r = grad_r.transpose(1, 2).unsqueeze(3)  # [B, K, H, 1, S]
+        # [B, K, H, 1, S]; without need_r, grad_r may be the native chain's scratch
+        grad_r = grad_r.transpose(1, 2).unsqueeze(3) if need_r else None
         if need_v:
             grad_v = grad_v.unsqueeze(1)
         return (grad_r, grad_v, grad_gamma, grad_weight, grad_bias, grad_base) + (None,) * 6

@@ -1,0 +1,89 @@
+"""DTransformer's Block 4 with the native chain (kt_lib/nn/native/slot_chain.c) against torch's
+chain, beside AKT, in one process: the issue's ratio "DTransformer's step / AKT's" from one run.
+
+    python benchmarks/bench_block4_native.py [--models akt dtransformer simakt] [--repeats 3]
+        [--threads 1] [--out benchmarks/results/block4_native_cpu.json]
+
+Paper preset, B=64, L=200, 100 skills, no problem ids, on CPU (`bench_models.build_ours`). Each
+repeat runs every (model, chain) once, in turn, so that a noisy machine slows all of them alike;
+figures are medians over the repeats after one warm-up each. A model without Block 4 (AKT) runs
+once per repeat. Also: the largest difference of the eval logits between the two chains.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from bench_models import build_ours, cpu_model
+from timing import model_step_and_inference, seconds
+
+import kt_lib.nn.slots as slots
+from kt_lib.models.dtransformer import DTransformer
+from kt_lib.nn import native
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--models", nargs="*", default=["akt", "dtransformer", "simakt"])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", default="benchmarks/results/block4_native_cpu.json")
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    if native.load("slot_chain") is None:
+        sys.exit(f"the native chain does not build here: {native.why_not('slot_chain')}")
+    runs = {}  # (model, chain) -> (step, infer, model, batch)
+    for name in a.models:
+        model, batch = build_ours(name, "cpu")
+        chains = ("native", "torch") if isinstance(model, DTransformer) else ("-",)
+        for chain in chains:
+            runs[name, chain] = (*model_step_and_inference(model, batch), model, batch)
+    diffs = {}
+    for (name, chain), (_, _, model, batch) in runs.items():
+        if chain == "native":
+            model.eval()
+            with torch.no_grad():
+                fast = model(batch).logits
+                with slots.native_chain(False):
+                    plain = model(batch).logits
+            diffs[name] = (fast - plain).abs().max().item()
+    times = {key: {"step": [], "infer": []} for key in runs}
+    for rep in range(a.repeats + 1):  # the first round is the warm-up
+        for (name, chain), (step, infer, _, _) in runs.items():
+            with slots.native_chain(chain != "torch"):
+                s, i = seconds(step), seconds(infer)
+            if rep:
+                times[name, chain]["step"].append(s)
+                times[name, chain]["infer"].append(i)
+    base = statistics.median(times["akt", "-"]["step"]) if ("akt", "-") in times else None
+    rows = []
+    for (name, chain), t in times.items():
+        step = statistics.median(t["step"])
+        row = {
+            "model": name,
+            "chain": chain,
+            "train_step_s": round(step, 4),
+            "inference_s": round(statistics.median(t["infer"]), 4),
+            "step_over_akt": round(step / base, 3) if base else None,
+            "threads": a.threads,
+            "B": 64,
+            "L": 200,
+            "repeats": a.repeats,
+            "cpu": cpu_model(),
+        }
+        if chain == "native":
+            row["max_abs_logit_diff_vs_torch_chain"] = diffs[name]
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""Native CPU kernels: C sources beside this file, compiled on first use and cached.
+
+A kernel here is a fused elementwise chain that torch can only run as many passes over memory
+(`slot_chain.c`: DTransformer's Block 4, about 15 passes a chunk in torch, one here). Each is a
+plain C file with no torch or Python headers: it compiles in about a second with the system's C
+compiler (`cc`, or `$CC`) and is called through `ctypes`, which releases the GIL, so a caller can
+split its rows between threads (`run_split`).
+
+The shared library is cached under `$KT_LIB_CACHE` (default `~/.cache/kt_lib`)/native, keyed by a
+hash of the source, the compiler's version, the flags and this CPU's model and flags
+(`-march=native`: a library built on one CPU is never loaded on another). The build writes a
+temporary file and renames it, so concurrent processes never load a partial library.
+
+Without a working compiler `load` returns None, `why_not` says why (the compiler's message), and
+the callers keep their torch path: the same math, tested against the same reference.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).parent
+FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared"]
+_LIBS: dict[str, ctypes.CDLL | None] = {}
+_WHY: dict[str, str] = {}
+_LOCK = threading.Lock()
+_POOL: ThreadPoolExecutor | None = None
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("KT_LIB_CACHE") or Path.home() / ".cache" / "kt_lib"
+    return Path(root) / "native"
+
+
+def _compiler() -> str | None:
+    return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+
+
+def _cpu_signature() -> str:
+    """The model name and flag lines of /proc/cpuinfo (platform.processor() elsewhere)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    keep = [ln for ln in lines if ln.startswith(("model name", "flags"))]
+    return "\n".join(sorted(set(keep)))
+
+
+def _build(name: str, cc: str) -> Path:
+    src = HERE / f"{name}.c"
+    version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256(
+        "\0".join([src.read_text(), version, " ".join(FLAGS), _cpu_signature()]).encode()
+    ).hexdigest()[:16]
+    out = cache_dir() / f"{name}-{key}.so"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    try:
+        cmd = [cc, *FLAGS, "-o", tmp, str(src), "-lm"]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr.strip()}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def load(name: str) -> ctypes.CDLL | None:
+    """The compiled library `name` (built from `name`.c on first use), or None where it cannot
+    be built here (then `why_not(name)` says why)."""
+    with _LOCK:
+        if name not in _LIBS:
+            cc = _compiler()
+            try:
+                if cc is None:
+                    raise RuntimeError("no C compiler found (cc, gcc or $CC)")
+                _LIBS[name] = ctypes.CDLL(str(_build(name, cc)))
+            except (OSError, RuntimeError) as err:
+                _LIBS[name], _WHY[name] = None, str(err)
+        return _LIBS[name]
+
+
+def why_not(name: str) -> str | None:
+    """Why `load(name)` returned None (None if it loaded or was never asked for)."""
+    return _WHY.get(name)
+
+
+def run_split(fn, head: tuple, n: int, tail: tuple) -> None:
+    """Call fn(*head, p0, p1, *tail) over [0, n) split into torch.get_num_threads() ranges, one
+    thread each (ctypes releases the GIL); the kernel must write disjoint outputs per range."""
+    parts = max(1, min(torch.get_num_threads(), n))
+    if parts == 1:
+        fn(*head, 0, n, *tail)
+        return
+    global _POOL
+    with _LOCK:
+        if _POOL is None or _POOL._max_workers < parts:
+            _POOL = ThreadPoolExecutor(max_workers=parts, thread_name_prefix="kt-native")
+    edges = [round(i * n / parts) for i in range(parts + 1)]
+    futures = [
+        _POOL.submit(fn, *head, p0, p1, *tail)
+        for p0, p1 in zip(edges[:-1], edges[1:], strict=True)
+        if p1 > p0
+    ]
+    for f in futures:
+        f.result()

@@ -1,0 +1,204 @@
+"""The native CPU kernels (kt_lib.nn.native): built, cached, and equal to torch's path.
+
+DTransformer's Block 4 runs its elementwise chain in C for float32 on CPU
+(kt_lib/nn/native/slot_chain.c). Its reference is the torch chain in kt_lib.nn.slots, itself
+tested against `reference.slot` in float64 (tests/test_attention.py); here the two chains run
+on the same float32 inputs, outputs and every gradient, so a wrong C line fails.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kt_lib.nn.slots as slots
+from kt_lib.models.dtransformer import sample_key_drop
+from kt_lib.nn import causal_mask, native
+from kt_lib.nn.reference import slot as slot_reference
+
+needs_cc = pytest.mark.skipif(native._compiler() is None, reason="no C compiler on this machine")
+
+
+def _inputs(B=3, K=2, H=2, S=13, Dh=4, seed=1, hide=0.3):
+    g = torch.Generator().manual_seed(seed)
+    r = 3 * torch.randn(B, K, H, 1, S, generator=g)
+    v = torch.randn(B, 1, H, S, Dh, generator=g)
+    gamma = torch.tensor([-1.0, 3.0])[:H] if H <= 2 else torch.randn(H, generator=g)
+    torch.manual_seed(seed)
+    keep = ~sample_key_drop(torch.ones(B, S, dtype=torch.bool), hide)
+    keep[-1] = False  # a row whose every key is hidden
+    return r, v, gamma, keep
+
+
+def _run(chain: bool, fn, leaves, *args, **kw):
+    leaves = [t.clone().requires_grad_() for t in leaves]
+    with slots.native_chain(chain):
+        out, w = fn(*leaves, *args, **kw)
+        g = torch.randn(out.shape, generator=torch.Generator().manual_seed(7))
+        grads = torch.autograd.grad(out, leaves, g)
+    return out, w, grads
+
+
+def _same(a, b, names):
+    out_a, w_a, g_a = a
+    out_b, w_b, g_b = b
+    # float32 on both sides; the C takes exp(x) - 1 where torch takes expm1, and sums in
+    # another order: a few ulps, amplified where AKT's sqrt(mass after j) is near 0
+    torch.testing.assert_close(out_a, out_b, rtol=1e-4, atol=2e-5)
+    if w_a is not None:
+        torch.testing.assert_close(w_a, w_b, rtol=1e-4, atol=2e-5)
+    for name, x, y in zip(names.split(), g_a, g_b, strict=True):
+        assert torch.isfinite(x).all(), name
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4, msg=name)
+
+
+@needs_cc
+def test_slot_chain_builds_here():
+    """Where a compiler exists the chain must build: a failed build would silently leave every
+    DTransformer on the slower torch chain."""
+    assert native.load("slot_chain") is not None, native.why_not("slot_chain")
+    r, *_ = _inputs()
+    assert slots._native(r) is not None
+    assert slots._native(r.double()) is None  # float64 keeps the torch chain (exact tests)
+    with slots.native_chain(False):
+        assert slots._native(r) is None
+
+
+@needs_cc
+@pytest.mark.parametrize("budget", [1, 700, 1 << 30])
+@pytest.mark.parametrize("strict", [True, False])
+def test_native_slot_chain_equals_torch_chain(budget, strict):
+    """Weights, outputs and the gradients of r, v and gamma, chunked from 1 byte (one row and
+    one step a chunk) to one chunk, strict and inclusive masks, key hiding, an all-hidden row."""
+    leaves = _inputs()
+    keep = leaves[-1]
+    args = (keep, strict)
+    kw = {"need_weights": True, "budget": budget}
+    fast = _run(True, slots.slot, leaves[:3], *args, **kw)
+    plain = _run(False, slots.slot, leaves[:3], *args, **kw)
+    _same(fast, plain, "r v gamma")
+    assert (fast[0][-1] == 0).all() and (fast[2][0][-1] == 0).all()  # all-hidden row
+
+
+@needs_cc
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+def test_native_projected_chain_equals_torch_chain(dropout):
+    """The model's path (projection, dropout, residual) at a DTransformer-like size: gradients of
+    r, v, gamma, the projection and the slot queries."""
+    B, K, H, S, Dh = 4, 5, 4, 37, 8
+    r, v, _, keep = _inputs(B, K, H, S, Dh, seed=3, hide=0.2)
+    gamma = torch.tensor([-2.0, 0.0, 1.0, 4.0])
+    D = H * Dh
+    g = torch.Generator().manual_seed(4)
+    weight, bias, base = torch.randn(D, D, generator=g) / 6, torch.randn(D), torch.randn(K, D)
+    drop_keep = torch.rand(B, S, K, D, generator=g) > dropout if dropout else None
+    args = (keep, drop_keep, 1 / (1 - dropout))
+    leaves = (r, v, gamma, weight, bias, base)
+    fast = _run(True, slots.slot_project, leaves, *args, budget=3000)
+    plain = _run(False, slots.slot_project, leaves, *args, budget=3000)
+    _same(fast, plain, "r v gamma weight bias base")
+
+
+@needs_cc
+def test_native_chain_is_the_same_on_any_number_of_threads():
+    """The (row, head) pairs split between threads write disjoint outputs: bitwise the same."""
+    leaves = _inputs(B=5, K=3, H=2, S=30, Dh=4, seed=5)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = _run(True, slots.slot, leaves[:3], leaves[3], budget=1 << 30)
+        torch.set_num_threads(2)
+        two = _run(True, slots.slot, leaves[:3], leaves[3], budget=1 << 30)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one[0], two[0])
+    assert all(torch.equal(a, b) for a, b in zip(one[2], two[2], strict=True))
+
+
+@needs_cc
+def test_native_chain_keeps_huge_hidden_values_out():
+    """Hidden keys with huge scores and values, and a row whose every key is hidden: the chain
+    is built with -ffast-math, so nothing infinite may reach it; outputs and gradients stay
+    finite, hidden keys get weight exactly 0 and the all-hidden row passes nothing."""
+    r, v, gamma, keep = _inputs(B=3, K=2, H=2, S=10, Dh=3, seed=6)
+    r = r.masked_fill(~keep.view(3, 1, 1, 1, 10), 1e30)
+    v[-1] = 1e30
+    out, w, grads = _run(True, slots.slot, (r, v, gamma), keep, need_weights=True)
+    assert torch.isfinite(out).all() and (out[-1] == 0).all()
+    assert (w.masked_select(~keep.view(3, 1, 1, 1, 10).expand_as(w)) == 0).all()  # exactly
+    assert all(torch.isfinite(x).all() for x in grads)
+    assert (grads[1][-1] == 0).all()
+
+
+@needs_cc
+def test_library_is_cached_by_source_and_cpu(tmp_path, monkeypatch):
+    """A fresh cache builds the library once (one file, no temporary left); a second process
+    (here: a cleared in-memory table) loads the cached file instead of compiling again."""
+    monkeypatch.setenv("KT_LIB_CACHE", str(tmp_path))
+    monkeypatch.setattr(native, "_LIBS", {})
+    assert native.load("slot_chain") is not None
+    files = list((tmp_path / "native").iterdir())
+    assert len(files) == 1 and files[0].suffix == ".so"
+    stamp = files[0].stat().st_mtime_ns
+    monkeypatch.setattr(native, "_LIBS", {})
+    assert native.load("slot_chain") is not None
+    assert [f.stat().st_mtime_ns for f in (tmp_path / "native").iterdir()] == [stamp]
+
+
+def test_a_failed_build_falls_back_and_says_why(tmp_path, monkeypatch):
+    """Without a working compiler `load` returns None with the reason, and Block 4 takes the
+    torch chain: the same numbers."""
+    monkeypatch.setenv("KT_LIB_CACHE", str(tmp_path))
+    monkeypatch.setattr(native, "_LIBS", {})
+    monkeypatch.setattr(native, "_WHY", {})
+    monkeypatch.setattr(native, "_compiler", lambda: None)
+    assert native.load("slot_chain") is None
+    assert "no C compiler" in native.why_not("slot_chain")
+    r, v, gamma, keep = _inputs()
+    assert slots._native(r) is None
+    out, _ = slots.slot(r, v, gamma, keep)
+    with slots.native_chain(False):
+        plain, _ = slots.slot(r, v, gamma, keep)
+    assert torch.equal(out, plain)
+
+
+@needs_cc
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_native_chain_is_as_accurate_as_torch_chain(seed):
+    """Against the reference in float64, the native chain's float32 error is within twice the
+    torch chain's (both are float32; AKT's sqrt(mass after j) amplifies rounding near 0)."""
+    r, v, gamma, keep = _inputs(B=3, K=3, H=2, S=40, Dh=4, seed=seed)
+    B, S = keep.shape
+    mask = causal_mask(S, strict=True) & keep.view(B, 1, 1, 1, S)
+    ref, _ = slot_reference(r.double(), v.double(), gamma.double(), mask)
+    err = {}
+    for chain in (True, False):
+        with slots.native_chain(chain):
+            out, _ = slots.slot(r, v, gamma, keep, budget=2000)
+        err[chain] = (out.double() - ref).abs().max().item()
+    assert err[True] <= 2 * err[False] + 1e-6, err
+
+
+@needs_cc
+def test_native_chain_steep_scores_take_the_direct_ratios():
+    """Scores rising by 40 a step up to step 10, then level: within a query block C_t grows past
+    e^80 C_A while the level keys keep ratios near 1, so those rows must take exp(lp_j - lc_t)
+    directly instead of ph_j exp(A - lc_t) (which would overflow); the
+    result still equals the torch chain, and both equal the reference (the torch chain's gamma
+    gradient was nan here: expm1 at keys a query does not read overflowed, and 0 * inf)."""
+    B, K, H, S, Dh = 2, 2, 2, 30, 3
+    ramp = 40.0 * torch.arange(S, dtype=torch.float32).clamp(max=10)
+    r = ramp.expand(B, K, H, 1, S).contiguous()
+    r = r + torch.randn(B, K, H, 1, S, generator=torch.Generator().manual_seed(0))
+    v = torch.randn(B, 1, H, S, Dh, generator=torch.Generator().manual_seed(1))
+    # slow decay: level scores near 400 differ by O(1) after it, so distances matter
+    gamma, keep = torch.tensor([-8.0, -6.0]), torch.ones(1, S, dtype=torch.bool)
+    fast = _run(True, slots.slot, (r, v, gamma), keep, budget=1 << 30)
+    plain = _run(False, slots.slot, (r, v, gamma), keep, budget=1 << 30)
+    _same(fast, plain, "r v gamma")
+    leaves = [t.double().requires_grad_() for t in (r, v, gamma)]
+    ref, _ = slot_reference(*leaves, causal_mask(S, strict=True) & keep.view(1, 1, 1, 1, S))
+    g = torch.randn(ref.shape, generator=torch.Generator().manual_seed(7)).double()  # as _run
+    want = torch.autograd.grad(ref, leaves, g)
+    for name, got, w in zip("r v gamma".split(), fast[2], want, strict=True):
+        torch.testing.assert_close(got.double(), w, rtol=1e-3, atol=1e-3, msg=name)  # scale ~10
