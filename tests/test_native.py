@@ -202,3 +202,38 @@ def test_native_chain_steep_scores_take_the_direct_ratios():
     want = torch.autograd.grad(ref, leaves, g)
     for name, got, w in zip("r v gamma".split(), fast[2], want, strict=True):
         torch.testing.assert_close(got.double(), w, rtol=1e-3, atol=1e-3, msg=name)  # scale ~10
+
+
+def _ranges(threads: int) -> list[tuple[int, int]]:
+    got = []
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        native.run_split(lambda p0, p1: got.append((p0, p1)), (), 10, ())
+    finally:
+        torch.set_num_threads(before)
+    return sorted(got)
+
+
+def _ranges_in_child(queue):
+    queue.put(_ranges(2))
+
+
+def test_rows_split_between_threads_and_a_forked_child_makes_its_own():
+    """`run_split` covers [0, n) once in torch.get_num_threads() ranges, and a child forked
+    after the parent made its thread pool (which it inherits without the threads) still
+    finishes (`run_split` makes each process its own pool)."""
+    import multiprocessing
+
+    assert _ranges(1) == [(0, 10)]
+    assert _ranges(2) == [(0, 5), (5, 10)]  # the parent's pool exists now
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_ranges_in_child, args=(queue,))
+    child.start()
+    child.join(30)
+    alive = child.is_alive()
+    if alive:
+        child.kill()
+    assert not alive and child.exitcode == 0
+    assert queue.get(timeout=5) == [(0, 5), (5, 10)]

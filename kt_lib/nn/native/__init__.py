@@ -35,7 +35,8 @@ FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared"]
 _LIBS: dict[str, ctypes.CDLL | None] = {}
 _WHY: dict[str, str] = {}
 _LOCK = threading.Lock()
-_POOL: ThreadPoolExecutor | None = None
+_POOL: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, pool): a forked
+# child inherits the pool object but not its threads, so it makes its own
 
 
 def cache_dir() -> Path:
@@ -110,11 +111,12 @@ def run_split(fn, head: tuple, n: int, tail: tuple) -> None:
         return
     global _POOL
     with _LOCK:
-        if _POOL is None or _POOL._max_workers < parts:
-            _POOL = ThreadPoolExecutor(max_workers=parts, thread_name_prefix="kt-native")
+        if _POOL is None or _POOL[0] != os.getpid() or _POOL[1]._max_workers < parts:
+            _POOL = os.getpid(), ThreadPoolExecutor(parts, thread_name_prefix="kt-native")
+        pool = _POOL[1]
     edges = [round(i * n / parts) for i in range(parts + 1)]
     futures = [
-        _POOL.submit(fn, *head, p0, p1, *tail)
+        pool.submit(fn, *head, p0, p1, *tail)
         for p0, p1 in zip(edges[:-1], edges[1:], strict=True)
         if p1 > p0
     ]
