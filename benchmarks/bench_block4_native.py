@@ -1,13 +1,14 @@
-"""DTransformer's Block 4 with the native chain (kt_lib/nn/native/slot_chain.c) against torch's
-chain, beside AKT, in one process: the issue's ratio "DTransformer's step / AKT's" from one run.
+"""The native CPU chains (kt_lib/nn/native: AKT's monotonic attention, DTransformer's Block 4)
+against torch's, per model, in one process: also the issue's ratio "DTransformer's step / AKT's"
+from one run, with both models on the same chains.
 
     python benchmarks/bench_block4_native.py [--models akt dtransformer simakt] [--repeats 3]
         [--threads 1] [--out benchmarks/results/block4_native_cpu.json]
 
 Paper preset, B=64, L=200, 100 skills, no problem ids, on CPU (`bench_models.build_ours`). Each
 repeat runs every (model, chain) once, in turn, so that a noisy machine slows all of them alike;
-figures are medians over the repeats after one warm-up each. A model without Block 4 (AKT) runs
-once per repeat. Also: the largest difference of the eval logits between the two chains.
+figures are medians over the repeats after one warm-up each; `step_over_akt` divides by AKT's
+step on the same chains. Also: the largest difference of the eval logits between the two chains.
 """
 
 from __future__ import annotations
@@ -22,8 +23,6 @@ import torch
 from bench_models import build_ours, cpu_model
 from timing import model_step_and_inference, seconds
 
-import kt_lib.nn.slots as slots
-from kt_lib.models.dtransformer import DTransformer
 from kt_lib.nn import native
 
 
@@ -35,13 +34,13 @@ def main() -> None:
     p.add_argument("--out", default="benchmarks/results/block4_native_cpu.json")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    if native.load("slot_chain") is None:
-        sys.exit(f"the native chain does not build here: {native.why_not('slot_chain')}")
+    for lib in ("slot_chain", "akt_chain"):
+        if native.load(lib) is None:
+            sys.exit(f"{lib} does not build here: {native.why_not(lib)}")
     runs = {}  # (model, chain) -> (step, infer, model, batch)
     for name in a.models:
         model, batch = build_ours(name, "cpu")
-        chains = ("native", "torch") if isinstance(model, DTransformer) else ("-",)
-        for chain in chains:
+        for chain in ("native", "torch"):
             runs[name, chain] = (*model_step_and_inference(model, batch), model, batch)
     diffs = {}
     for (name, chain), (_, _, model, batch) in runs.items():
@@ -49,21 +48,21 @@ def main() -> None:
             model.eval()
             with torch.no_grad():
                 fast = model(batch).logits
-                with slots.native_chain(False):
+                with native.use(False):
                     plain = model(batch).logits
             diffs[name] = (fast - plain).abs().max().item()
     times = {key: {"step": [], "infer": []} for key in runs}
     for rep in range(a.repeats + 1):  # the first round is the warm-up
         for (name, chain), (step, infer, _, _) in runs.items():
-            with slots.native_chain(chain != "torch"):
+            with native.use(chain == "native"):
                 s, i = seconds(step), seconds(infer)
             if rep:
                 times[name, chain]["step"].append(s)
                 times[name, chain]["infer"].append(i)
-    base = statistics.median(times["akt", "-"]["step"]) if ("akt", "-") in times else None
     rows = []
     for (name, chain), t in times.items():
         step = statistics.median(t["step"])
+        base = statistics.median(times["akt", chain]["step"]) if ("akt", chain) in times else None
         row = {
             "model": name,
             "chain": chain,

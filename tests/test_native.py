@@ -237,3 +237,91 @@ def test_rows_split_between_threads_and_a_forked_child_makes_its_own():
         child.kill()
     assert not alive and child.exitcode == 0
     assert queue.get(timeout=5) == [(0, 5), (5, 10)]
+
+
+# ---------------------------------------------------------------- AKT's monotonic attention
+
+
+def _monotonic_masks(B: int, H: int, L: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(2)
+    lens = torch.randint(1, L + 1, (B,), generator=g)
+    valid = torch.arange(L) < lens.unsqueeze(1)
+    ragged = causal_mask(L, strict=True) & valid[:, None, None, :] & valid[:, None, :, None]
+    per_head = causal_mask(L) & (torch.rand(B, H, L, L, generator=g) > 0.3)
+    return {
+        "none": torch.ones(1, 1, L, L, dtype=torch.bool),
+        "causal": causal_mask(L)[None, None],
+        "strict": causal_mask(L, strict=True)[None, None],  # row 0 reads nothing
+        "ragged": ragged,
+        "per_head": per_head,
+    }
+
+
+@needs_cc
+@pytest.mark.parametrize("dropout", [0.0, 0.3])
+@pytest.mark.parametrize("mask_name", ["none", "causal", "strict", "ragged", "per_head"])
+def test_native_akt_chain_equals_torch_chain(dropout, mask_name):
+    """AKT's attention on the `cpu` backend with the C chain and with torch's (the one tested
+    against the reference in float64): outputs and the gradients of q, k, v and theta, with the
+    same dropout draws, across query blocks (L = 150 > 64) and masks that broadcast over the
+    batch, the heads, or neither."""
+    import kt_lib.nn.cpu as cpu_kernels
+
+    B, H, L, Dh = 3, 2, 150, 5
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, H, L, Dh, generator=g) for _ in range(3))
+    theta = torch.tensor([0.3, 1.7])
+    mask = _monotonic_masks(B, H, L)[mask_name]
+    res = []
+    for chain in (True, False):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v, theta)]
+        torch.manual_seed(5)  # the same keep draws on both paths
+        with native.use(chain):
+            out, _, _ = cpu_kernels.monotonic(*leaves, mask, dropout, False)
+            gout = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+            res.append((out, torch.autograd.grad(out, leaves, gout)))
+    (out_a, g_a), (out_b, g_b) = res
+    torch.testing.assert_close(out_a, out_b, rtol=1e-5, atol=1e-5)
+    for name, x, y in zip("q k v theta".split(), g_a, g_b, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@needs_cc
+def test_native_akt_chain_applies_where_it_should():
+    """float32 CPU chunks take the C chain; float64 and `need_weights` keep torch's (the
+    weights come from there); the switch turns it off."""
+    from kt_lib.nn.native.akt import forward_chain
+
+    assert native.load("akt_chain") is not None, native.why_not("akt_chain")
+    a = torch.zeros(1, 1, 2, 3)
+    bias, neg_pos = torch.zeros(1, 1, 2, 3), torch.zeros(1, 2, 3)
+    bufs = [torch.empty(1, 1, 2, 3) for _ in range(3)]
+    assert forward_chain(a, bias, neg_pos, None, 1.0, *bufs)
+    assert torch.allclose(bufs[0], torch.full_like(a, 1 / 3))  # uniform scores: uniform W
+    assert not forward_chain(a.double(), bias.double(), neg_pos.double(), None, 1.0, *bufs)
+    with native.use(False):
+        assert not forward_chain(a, bias, neg_pos, None, 1.0, *bufs)
+
+
+@needs_cc
+def test_native_akt_chain_clamps_the_decay_as_torch():
+    """A fast-decaying head (theta 60) with large scores: far keys' decay is clamped at 1e-5
+    and their scaled scores (x * 1e-5, x ~ 100) still move the weights; the theta gradient
+    skips them. The C chain must clamp exactly where torch's does."""
+    import kt_lib.nn.cpu as cpu_kernels
+
+    B, H, L, Dh = 2, 2, 40, 4
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(B, H, L, Dh, generator=g) for _ in range(3))
+    q = 100 * q
+    theta = torch.tensor([60.0, 0.5])
+    res = []
+    for chain in (True, False):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v, theta)]
+        with native.use(chain):
+            out, _, _ = cpu_kernels.monotonic(*leaves, causal_mask(L)[None, None], 0.0, False)
+            res.append((out, torch.autograd.grad(out.sum(), leaves)))
+    (out_a, g_a), (out_b, g_b) = res
+    torch.testing.assert_close(out_a, out_b, rtol=1e-5, atol=1e-6)
+    for name, x, y in zip("q k v theta".split(), g_a, g_b, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6, msg=name)

@@ -13,79 +13,17 @@ from __future__ import annotations
 
 import functools
 import math
-from collections import OrderedDict
 
 import torch
 import torch.nn.functional as F
 
 from .dropout import draw_keep, keep_scale
+from .native.akt import forward_chain
+from .pool import POOL, BufferPool, clear_buffer_pool  # noqa: F401 (BufferPool: the tests')
 from .reference import DECAY_MAX, DECAY_MIN, safe_mask
 
 CHUNK_ELEMS = 1 << 19  # ~2 MB of float32 per chunk: the elementwise chain stays in cache
 QUERY_BLOCK = 64  # query rows per block; a block skips keys that none of its queries may read
-POOL_MAX_BYTES = 2 << 30  # scratch memory kept for reuse between steps (CPU only)
-
-
-class BufferPool:
-    """Recycles large CPU scratch tensors between calls.
-
-    A fresh multi-megabyte CPU allocation is a new mapping: every page faults on first touch,
-    which costs more than the arithmetic done on it. The attention below takes its [B, H, L, S]
-    buffers from here and gives them back after backward (or right away without autograd). A
-    buffer reused by a later forward bumps its version counter, so a second backward through a
-    stale graph fails loudly instead of reading overwritten values.
-    """
-
-    def __init__(self, max_bytes: int = POOL_MAX_BYTES):
-        self.max_bytes = max_bytes
-        self.free: OrderedDict[tuple, list[torch.Tensor]] = OrderedDict()
-        self.bytes = 0
-
-    def take(
-        self, shape: tuple[int, ...], like: torch.Tensor, dtype: torch.dtype | None = None
-    ) -> torch.Tensor:
-        dtype = dtype or like.dtype
-        key = (tuple(shape), dtype, like.device)
-        stack = self.free.get(key)
-        if stack:
-            t = stack.pop()
-            if not stack:  # no empty stacks: eviction below pops from the oldest key
-                del self.free[key]
-            self.bytes -= t.numel() * t.element_size()
-            return t
-        return torch.empty(shape, dtype=dtype, device=like.device)
-
-    def give(self, *tensors: torch.Tensor | None) -> None:
-        seen = set()
-        for t in tensors:
-            if t is None or id(t) in seen or t.device.type != "cpu" or t.numel() == 0:
-                continue
-            seen.add(id(t))
-            key = (tuple(t.shape), t.dtype, t.device)
-            self.free.setdefault(key, []).append(t)
-            self.free.move_to_end(key)
-            self.bytes += t.numel() * t.element_size()
-        while self.bytes > self.max_bytes and self.free:  # evict the least recently used shapes
-            key, stack = next(iter(self.free.items()))
-            if not stack:
-                del self.free[key]
-                continue
-            t = stack.pop(0)
-            self.bytes -= t.numel() * t.element_size()
-            if not stack:
-                del self.free[key]
-
-    def clear(self) -> None:
-        self.free.clear()
-        self.bytes = 0
-
-
-POOL = BufferPool()
-
-
-def clear_buffer_pool() -> None:
-    """Release the scratch memory kept by the CPU attention kernels (e.g. after training)."""
-    POOL.clear()
 
 
 def without_autocast(fn):
@@ -211,6 +149,16 @@ class _MonotonicCore(torch.autograd.Function):
                     fold_heads(k[b0:b1, :, :s1]).mT,
                     out=fold_heads(a),
                 )
+                keep_c = None
+                if keep is not None:  # drawn first: the same draws on either path
+                    scale = draw_keep(keep[b0:b1], p)
+                    keep_c = keep[b0:b1]
+                chunk = (W[b0:b1], D[b0:b1], AY[b0:b1])
+                if full_u is None and forward_chain(
+                    a, _rows(bias_b, b0, b1), neg_pos_b, keep_c, scale if p > 0 else 1.0, *chunk
+                ):  # the chain below in C (kt_lib/nn/native/akt_chain.c)
+                    out[b0:b1, :, l0:l1] = (keep_c if p > 0 else W[b0:b1]) @ v[b0:b1, :, :s1]
+                    continue
                 a.add_(_rows(bias_b, b0, b1))  # masked keys: a large finite negative
                 torch.softmax(a, -1, out=w)  # undecayed masked softmax
                 if full_u is not None:
@@ -230,8 +178,7 @@ class _MonotonicCore(torch.autograd.Function):
                 wts = W[b0:b1]
                 torch.softmax(a, -1, out=wts)
                 if keep is not None:  # the keep mask's buffer becomes P, kept for backward
-                    scale = draw_keep(keep[b0:b1], p)
-                    wts = keep[b0:b1].mul_(wts).mul_(scale)  # P
+                    wts = keep_c.mul_(wts).mul_(scale)  # P
                 out[b0:b1, :, l0:l1] = wts @ v[b0:b1, :, :s1]
             POOL.give(*work)
             if full_w is not None:

@@ -23,7 +23,6 @@ outputs and gradients with the reference in float64 (tests/test_attention.py).
 from __future__ import annotations
 
 import ctypes
-from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
@@ -80,27 +79,15 @@ def _rows(t: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
     return t if t.shape[0] == 1 else t[b0:b1]
 
 
-_USE_NATIVE = True
 _P, _L = ctypes.c_void_p, ctypes.c_long
 # r, log P, log C, keep, keep rows, theta, B, H, K, S; chunk b0, b1, t0, t1, s1, strict
 _SIG = [_P] * 4 + [_L, _P] + [_L] * 4 + [_L] * 5 + [ctypes.c_int]
-
-
-@contextmanager
-def native_chain(enabled: bool):
-    """Within: the cpu float32 path uses the native chain (True, where it builds) or torch's
-    (False). For A/B benchmarks and tests; the default is native."""
-    global _USE_NATIVE
-    before, _USE_NATIVE = _USE_NATIVE, enabled
-    try:
-        yield
-    finally:
-        _USE_NATIVE = before
+native_chain = native.use  # the A/B switch (kt_lib.nn.native.use), under the name tests know
 
 
 def _native(r: torch.Tensor):
     """The compiled chain (kt_lib/nn/native/slot_chain.c) where it applies: float32 on CPU."""
-    if not (_USE_NATIVE and r.device.type == "cpu" and r.dtype == torch.float32):
+    if not (native.enabled() and r.device.type == "cpu" and r.dtype == torch.float32):
         return None
     lib = native.load("slot_chain")
     if lib is not None and lib.slot_weights.argtypes is None:

@@ -1,13 +1,15 @@
 """Native CPU kernels: C sources beside this file, compiled on first use and cached.
 
-A kernel here is a fused elementwise chain that torch can only run as many passes over memory
-(`slot_chain.c`: DTransformer's Block 4, about 15 passes a chunk in torch, one here). Each is a
-plain C file with no torch or Python headers: it compiles in about a second with the system's C
-compiler (`cc`, or `$CC`) and is called through `ctypes`, which releases the GIL, so a caller can
-split its rows between threads (`run_split`).
+A kernel here is a fused elementwise chain that torch can only run as many passes over memory:
+`slot_chain.c`, DTransformer's Block 4 (about 15 passes a chunk in torch, one here), and
+`akt_chain.c`, AKT's monotonic attention (fourteen passes a chunk in torch, a few loops a row
+here). Each is a plain C file with no torch or Python headers (`fastmath.h`: their shared inline
+exp): it compiles in about a second with the system's C compiler (`cc`, or `$CC`) and is called
+through `ctypes`, which releases the GIL, so a caller can split its rows between threads
+(`run_split`).
 
 The shared library is cached under `$KT_LIB_CACHE` (default `~/.cache/kt_lib`)/native, keyed by a
-hash of the source, the compiler's version, the flags and this CPU's model and flags
+hash of the source and headers, the compiler's version, the flags and this CPU's model and flags
 (`-march=native`: a library built on one CPU is never loaded on another). The build writes a
 temporary file and renames it, so concurrent processes never load a partial library.
 
@@ -26,17 +28,35 @@ import subprocess
 import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 HERE = Path(__file__).parent
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared"]
+_ENABLED = True
 _LIBS: dict[str, ctypes.CDLL | None] = {}
 _WHY: dict[str, str] = {}
 _LOCK = threading.Lock()
 _POOL: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, pool): a forked
 # child inherits the pool object but not its threads, so it makes its own
+
+
+@contextmanager
+def use(enabled: bool):
+    """Within: the callers take their native kernels (True, the default, where they build) or
+    their torch paths (False): for A/B benchmarks and tests."""
+    global _ENABLED
+    before, _ENABLED = _ENABLED, enabled
+    try:
+        yield
+    finally:
+        _ENABLED = before
+
+
+def enabled() -> bool:
+    return _ENABLED
 
 
 def cache_dir() -> Path:
@@ -60,10 +80,10 @@ def _cpu_signature() -> str:
 
 def _build(name: str, cc: str) -> Path:
     src = HERE / f"{name}.c"
+    headers = [h.read_text() for h in sorted(HERE.glob("*.h"))]
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256(
-        "\0".join([src.read_text(), version, " ".join(FLAGS), _cpu_signature()]).encode()
-    ).hexdigest()[:16]
+    parts = [src.read_text(), *headers, version, " ".join(FLAGS), _cpu_signature()]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
     out = cache_dir() / f"{name}-{key}.so"
     if out.exists():
         return out
@@ -71,7 +91,7 @@ def _build(name: str, cc: str) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
-        cmd = [cc, *FLAGS, "-o", tmp, str(src), "-lm"]
+        cmd = [cc, *FLAGS, f"-I{HERE}", "-o", tmp, str(src), "-lm"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr.strip()}")
