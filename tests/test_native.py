@@ -323,5 +323,5 @@ def test_native_akt_chain_clamps_the_decay_as_torch():
             res.append((out, torch.autograd.grad(out.sum(), leaves)))
     (out_a, g_a), (out_b, g_b) = res
     torch.testing.assert_close(out_a, out_b, rtol=1e-5, atol=1e-6)
-    for name, x, y in zip("q k v theta".split(), g_a, g_b, strict=True):
-        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-6, msg=name)
+    for name, x, y in zip("q k v theta".split(), g_a, g_b, strict=True):  # scale ~3
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, msg=name)

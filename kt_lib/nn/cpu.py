@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from .dropout import draw_keep, keep_scale
-from .native.akt import forward_chain
+from .native.akt import backward_chain, forward_chain
 from .pool import POOL, BufferPool, clear_buffer_pool  # noqa: F401 (BufferPool: the tests')
 from .reference import DECAY_MAX, DECAY_MIN, safe_mask
 
@@ -227,12 +227,16 @@ class _MonotonicCore(torch.autograd.Function):
                 wts = W[b0:b1]
                 pw = P[b0:b1] if p > 0 else wts
                 gv[b0:b1, :, :s1] += pw.transpose(-2, -1) @ go
-                torch.mul(pw, g, out=w)
-                rowsum = w.sum(-1, keepdim=True)
-                torch.addcmul(w, wts, rowsum, value=-1.0, out=g)  # softmax + dropout backward
-                torch.mul(g, AY[b0:b1], out=w)
-                g_y += w.sum((0, 2, 3), dtype=torch.float64)
-                g.mul_(D[b0:b1])  # d loss / d raw scores
+                part = backward_chain(pw, wts, D[b0:b1], AY[b0:b1], g)  # the lines below, in C
+                if part is not None:
+                    g_y += part
+                else:
+                    torch.mul(pw, g, out=w)
+                    rowsum = w.sum(-1, keepdim=True)
+                    torch.addcmul(w, wts, rowsum, value=-1.0, out=g)  # softmax+dropout backward
+                    torch.mul(g, AY[b0:b1], out=w)
+                    g_y += w.sum((0, 2, 3), dtype=torch.float64)
+                    g.mul_(D[b0:b1])  # d loss / d raw scores
                 gq[b0:b1, :, l0:l1] = g @ kc
                 gk[b0:b1, :, :s1] += g.transpose(-2, -1) @ qs[b0:b1, :, l0:l1]
             POOL.give(*work)

@@ -18,7 +18,15 @@ def _lib():
     lib = load("akt_chain")
     if lib is not None and lib.akt_forward.argtypes is None:
         lib.akt_forward.argtypes = _SIG
+        # P, W, D, AY, g (in place); H, Lq, s1; pairs p0, p1; theta's partial sums
+        lib.akt_backward.argtypes = [_P] * 5 + [_L] * 5 + [_P]
     return lib
+
+
+def _applies(*ts: torch.Tensor) -> bool:
+    return enabled() and all(
+        t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in ts
+    )
 
 
 def _strides(t: torch.Tensor) -> list[int]:
@@ -35,9 +43,7 @@ def forward_chain(a, bias, neg_pos, keep, scale: float, W, D, AY) -> bool:
     a [n, H, Lq, s1] the scaled scores; bias [n|1, H|1, Lq, s1] additive mask; neg_pos
     [H, Lq, s1] = -(theta |t - j|)^2."""
     dense = (a, W, D, AY) + ((keep,) if keep is not None else ())
-    if not (enabled() and a.device.type == "cpu" and a.dtype == torch.float32):
-        return False
-    if any(not t.is_contiguous() or t.dtype != torch.float32 for t in dense):
+    if not _applies(*dense):
         return False
     if bias.stride(-1) != 1 or neg_pos.stride(-1) != 1 or bias.dtype != torch.float32:
         return False
@@ -52,3 +58,19 @@ def forward_chain(a, bias, neg_pos, keep, scale: float, W, D, AY) -> bool:
     head += (float(scale), H, Lq, s1)
     run_split(lib.akt_forward, head, n * H, (W.data_ptr(), D.data_ptr(), AY.data_ptr(), kp))
     return True
+
+
+def backward_chain(P, W, D, AY, g) -> torch.Tensor | None:
+    """The chain's backward of one chunk (see akt_chain.c), in place on g (dL/dP in, dL/d raw
+    scores out), returning theta's partial sums per head [H] in float64; None (g untouched)
+    where the native kernel does not apply. P is W itself without dropout."""
+    if not _applies(P, W, D, AY, g):
+        return None
+    lib = _lib()
+    if lib is None:
+        return None
+    n, H, Lq, s1 = g.shape
+    part = torch.zeros(n * H, dtype=torch.float64)
+    head = tuple(t.data_ptr() for t in (P, W, D, AY, g)) + (H, Lq, s1)
+    run_split(lib.akt_backward, head, n * H, (part.data_ptr(),))
+    return part.view(n, H).sum(0)

@@ -77,3 +77,33 @@ void akt_forward(const float *a, const float *bias, long sb, long sh, long sl, c
         }
     }
 }
+
+/* The backward of the chain for one chunk, in place on g: given dL/dP (g), with P the dropped
+ * weights (W itself without dropout), W, D, AY from the forward:
+ *   ds_j = P_j g_j - W_j sum_i P_i g_i       (softmax and dropout backward)
+ *   gy  += sum_j ds_j AY_j                   (theta's gradient, per (b, h) pair: gy[pair])
+ *   g_j  = ds_j D_j                          (dL / d raw scores)
+ */
+void akt_backward(const float *P, const float *W, const float *D, const float *AY, float *g,
+                  long H, long Lq, long s1, long p0, long p1, double *gy) {
+    (void)H;
+    for (long pair = p0; pair < p1; pair++) {
+        double acc = 0.0;
+        for (long t = 0; t < Lq; t++) {
+            const long row = (pair * Lq + t) * s1;
+            const float *restrict pr = P + row, *restrict wr = W + row;
+            const float *restrict dr = D + row, *restrict ar = AY + row;
+            float *restrict gr = g + row;
+            float sum = 0.0f;
+            for (long j = 0; j < s1; j++) sum += pr[j] * gr[j];
+            float a = 0.0f;
+            for (long j = 0; j < s1; j++) {
+                float ds = pr[j] * gr[j] - wr[j] * sum;
+                a += ds * ar[j];
+                gr[j] = ds * dr[j];
+            }
+            acc += (double)a;
+        }
+        gy[pair] += acc;
+    }
+}
