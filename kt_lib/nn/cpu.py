@@ -105,7 +105,11 @@ class _MonotonicCore(torch.autograd.Function):
       (the keep mask's buffer, multiplied in place), the decay and s3 * (-y) (decayed scores
       times -theta * dist, zero where the decay clamp is active: it carries the gradient of
       theta), taken from `POOL`; backward recomputes the rest per chunk. With dropout,
-      dW = dP * keep / (1 - p), so ds = P * dP - W * sum_j(P * dP).
+      dW = dP * keep / (1 - p), so ds = P * dP - W * sum_j(P * dP);
+    - in float32 on CPU each chunk's elementwise chain, forward and backward, runs in C
+      (kt_lib/nn/native/akt_chain.c: a few vectorised loops a row instead of about fourteen
+      passes over the chunk); the torch lines are the same chain, taken in float64, when the
+      weights are asked for, or where no compiler builds the C (tests/test_native.py).
     Forward and gradients match the plain autograd formula (tests/test_akt_idkt.py).
     """
 
