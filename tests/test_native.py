@@ -8,6 +8,10 @@ on the same float32 inputs, outputs and every gradient, so a wrong C line fails.
 
 from __future__ import annotations
 
+import subprocess
+import tempfile
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -16,7 +20,21 @@ from kt_lib.models.dtransformer import sample_key_drop
 from kt_lib.nn import causal_mask, native
 from kt_lib.nn.reference import slot as slot_reference
 
-needs_cc = pytest.mark.skipif(native._compiler() is None, reason="no C compiler on this machine")
+
+def _toolchain_works() -> bool:
+    """Whether this machine's compiler builds a trivial shared library that includes <math.h>
+    (a machine without one, or without libc headers, keeps the torch paths: skipped here)."""
+    cc = native._compiler()
+    if cc is None:
+        return False
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "t.c"
+        src.write_text("#include <math.h>\nfloat f(float x) { return expf(x); }\n")
+        cmd = [cc, *native.FLAGS, "-o", str(Path(tmp) / "t.so"), str(src), "-lm"]
+        return subprocess.run(cmd, capture_output=True).returncode == 0
+
+
+needs_cc = pytest.mark.skipif(not _toolchain_works(), reason="no working C toolchain here")
 
 
 def _inputs(B=3, K=2, H=2, S=13, Dh=4, seed=1, hide=0.3):
@@ -54,9 +72,10 @@ def _same(a, b, names):
 
 @needs_cc
 def test_slot_chain_builds_here():
-    """Where a compiler exists the chain must build: a failed build would silently leave every
-    DTransformer on the slower torch chain."""
-    assert native.load("slot_chain") is not None, native.why_not("slot_chain")
+    """Where a working toolchain exists the chains must build: a failed build (an error in our C)
+    would silently leave every DTransformer and AKT on the slower torch chains."""
+    for lib in ("slot_chain", "akt_chain"):
+        assert native.load(lib) is not None, native.why_not(lib)
     r, *_ = _inputs()
     assert slots._native(r) is not None
     assert slots._native(r.double()) is None  # float64 keeps the torch chain (exact tests)
