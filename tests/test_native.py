@@ -344,3 +344,16 @@ def test_native_akt_chain_clamps_the_decay_as_torch():
     torch.testing.assert_close(out_a, out_b, rtol=1e-5, atol=1e-6)
     for name, x, y in zip("q k v theta".split(), g_a, g_b, strict=True):  # scale ~3
         torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, msg=name)
+
+
+@needs_cc
+def test_an_unusable_cache_falls_back_to_the_temporary_directory(tmp_path, monkeypatch):
+    """A cache folder that cannot be made (here: under a file; a read-only home on some CI
+    runners) must not turn the chains off: the library is built under the system's temporary
+    directory instead."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("KT_LIB_CACHE", str(blocker / "cache"))
+    monkeypatch.setattr(native, "_LIBS", {})
+    assert native.cache_dir().parent == Path(tempfile.gettempdir())
+    assert native.load("slot_chain") is not None, native.why_not("slot_chain")

@@ -60,8 +60,17 @@ def enabled() -> bool:
 
 
 def cache_dir() -> Path:
+    """$KT_LIB_CACHE/native (default ~/.cache/kt_lib/native), or a per-user folder under the
+    system's temporary directory where that one cannot be created or written."""
     root = os.environ.get("KT_LIB_CACHE") or Path.home() / ".cache" / "kt_lib"
-    return Path(root) / "native"
+    path = Path(root) / "native"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if os.access(path, os.W_OK):
+            return path
+    except OSError:
+        pass
+    return Path(tempfile.gettempdir()) / f"kt_lib-native-{os.getuid()}"
 
 
 def _compiler() -> str | None:
