@@ -42,9 +42,9 @@ typedef struct {
     int strict;
 } chunk_t;
 
-/* Scores s_j (MASKED where not kept) of row (b, h, t, k) over its n readable keys, with decay
- * and distance when `dec` is not NULL; returns the largest score. ratio_j = P_j / C_t comes as
- * pr_j * sc (see `slot_weights`: one exp per key and chunk instead of one per key and step). */
+/* Scores s_j (MASKED where not kept), decay and distance of row (b, h, t, k) over its n
+ * readable keys; returns the largest score. ratio_j = P_j / C_t comes as pr_j * sc (see
+ * `slot_weights`: one exp per key and chunk instead of one per key and step). */
 static inline float row_scores(const chunk_t *c, long b, long h, long t, long k, long n,
                                const float *restrict pr, float sc, float *restrict s,
                                float *restrict dec, float *restrict dis) {
@@ -53,26 +53,15 @@ static inline float row_scores(const chunk_t *c, long b, long h, long t, long k,
     const float *restrict keep = c->keep + (c->keep_rows == 1 ? 0 : b) * c->S;
     const float lct = c->lc[base + t], theta = c->theta[h], tf = (float)t;
     float m = MASKED;
-    if (dec) {
-        for (long j = 0; j < n; j++) {
-            float q = lp[j] == lct ? 1.0f : pr[j] * sc; /* exactly 1: nothing after j */
-            float d = sqrtf(fmaxf(0.0f, (q - 1.0f) * ((float)j - tf)));
-            float e = fmaxf(exp_(-theta * d), DECAY_MIN);
-            float v = keep[j] > 0.5f ? r[j] * e : MASKED;
-            s[j] = v;
-            dec[j] = e;
-            dis[j] = d;
-            m = fmaxf(m, v);
-        }
-    } else {
-        for (long j = 0; j < n; j++) {
-            float q = lp[j] == lct ? 1.0f : pr[j] * sc; /* exactly 1: nothing after j */
-            float d = sqrtf(fmaxf(0.0f, (q - 1.0f) * ((float)j - tf)));
-            float e = fmaxf(exp_(-theta * d), DECAY_MIN);
-            float v = keep[j] > 0.5f ? r[j] * e : MASKED;
-            s[j] = v;
-            m = fmaxf(m, v);
-        }
+    for (long j = 0; j < n; j++) {
+        float q = lp[j] == lct ? 1.0f : pr[j] * sc; /* exactly 1: nothing after j */
+        float d = sqrtf(fmaxf(0.0f, (q - 1.0f) * ((float)j - tf)));
+        float e = fmaxf(exp_(-theta * d), DECAY_MIN);
+        float v = keep[j] > 0.5f ? r[j] * e : MASKED;
+        s[j] = v;
+        dec[j] = e;
+        dis[j] = d;
+        m = fmaxf(m, v);
     }
     return m;
 }
@@ -88,7 +77,8 @@ void slot_weights(const float *r, const float *lp, const float *lc, const float 
                   float *dec, float *dis, float *inv, int32_t *arg) {
     chunk_t c = {r, lp, lc, theta, keep, B, H, K, S, keep_rows, b0, t0, t1, s1, strict};
     const long Lq = t1 - t0;
-    float ph[S > 0 ? S : 1], tmp[S > 0 ? S : 1];
+    /* ph, tmp: see below; dt, it: decay and distance of a row when the caller keeps none */
+    float ph[S > 0 ? S : 1], tmp[S > 0 ? S : 1], dt[S > 0 ? S : 1], it[S > 0 ? S : 1];
     (void)b1;
     for (long pair = p0; pair < p1; pair++) {
         const long bi = pair / H, h = pair % H, b = b0 + bi;
@@ -109,7 +99,7 @@ void slot_weights(const float *r, const float *lp, const float *lc, const float 
                 const long t = t0 + ti, n = readable(&c, t), row = ((pair * Lq) + ti) * K + k;
                 const float lct = lc[base + t];
                 float *out = w + row * s1;
-                float *de = dec ? dec + row * s1 : NULL, *di = dec ? dis + row * s1 : NULL;
+                float *de = dec ? dec + row * s1 : dt, *di = dec ? dis + row * s1 : it;
                 if (n <= 0 || lct >= DEAD) { /* reads no key */
                     memset(out, 0, sizeof(float) * s1);
                     if (dec) inv[row] = 0.0f, arg[row] = 0;
