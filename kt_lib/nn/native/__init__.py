@@ -13,8 +13,9 @@ hash of the source and headers, the compiler's version, the flags and this CPU's
 (`-march=native`: a library built on one CPU is never loaded on another). The build writes a
 temporary file and renames it, so concurrent processes never load a partial library.
 
-Without a working compiler `load` returns None, `why_not` says why (the compiler's message), and
-the callers keep their torch path: the same math, tested against the same reference.
+Without a working compiler `load` returns None, warns once, `why_not` says why (the compiler's
+message), and the callers keep their torch path: the same math, tested against the same
+reference.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -123,6 +125,12 @@ def load(name: str) -> ctypes.CDLL | None:
                 _LIBS[name] = ctypes.CDLL(str(_build(name, cc)))
             except (OSError, RuntimeError) as err:
                 _LIBS[name], _WHY[name] = None, str(err)
+                warnings.warn(
+                    f"kt_lib: the native kernel {name!r} is not available here ({err}); its "
+                    "torch path runs instead (the same numbers, slower)",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
         return _LIBS[name]
 
 
