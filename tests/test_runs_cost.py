@@ -111,3 +111,20 @@ def test_a_cell_with_a_run_in_flight_costs_its_epochs_left():
     (alone,) = [c for c in cost.cells(rows, left[:1]) if c["left"]]
     assert alone["basis"] == "in flight" and alone["hours_left"] == pytest.approx(1.0)
     assert cost.kind_hours(rows, left[:1], "cpu") == "1.0"
+
+
+def test_a_cell_is_priced_from_its_newest_runs():
+    """Code gets faster (the native chains took a third off DTransformer's step): a cell's cost
+    is the mean of its NEWEST newest runs by date, not of every run it ever had."""
+    old = [
+        {"dataset": "a", "model": "dt", "wall_seconds": 3000, "date": f"2026-11-2{i}"}
+        for i in (1, 2)
+    ]
+    new = [
+        {"dataset": "a", "model": "dt", "wall_seconds": 1800, "date": f"2026-11-27T1{i}"}
+        for i in (6, 7, 8)
+    ]
+    seconds, basis = cost.run_cost(new[2:] + old + new[:2], "a", "dt")
+    assert cost.NEWEST == 3 and basis == "measured" and seconds == 1800
+    seconds, _ = cost.run_cost(old + new[:1], "a", "dt")  # three runs: all of them
+    assert seconds == pytest.approx((3000 + 3000 + 1800) / 3)

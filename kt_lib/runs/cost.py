@@ -1,7 +1,7 @@
 """What the runs a study has left cost: per cell, from the wall times of finished runs.
 
-A left run of a (dataset, model) cell costs the mean wall time of the finished runs closest to
-it, on the device kind it will run on (`run_cost`); `cells` tabulates a study's cells for
+A left run of a (dataset, model) cell costs the mean wall time of the newest finished runs
+closest to it, on the device kind it will run on (`run_cost`); `cells` tabulates a study's cells for
 `kt study status`, `kind_hours` a study's hours for `kt study list`.
 """
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 
 from ..provenance import device_kind
+
+NEWEST = 3  # a cost is the mean of this many newest matching runs (every run for "guess")
 
 
 def run_cost(
@@ -21,7 +23,8 @@ def run_cost(
     base: str | None = None,
 ) -> tuple[float, str]:
     """(seconds, basis) a run of `model` on `dataset` costs on a device of `kind` ("cpu" or
-    "gpu"): the mean wall time of its cell's finished runs ("measured"), else of the same cell
+    "gpu"): the mean wall time of its cell's newest NEWEST finished runs ("measured"; by their
+    `date`: the code they ran gets faster), else of the same cell
     in another study (`pool`: "other study"), else of the model's on other datasets ("model";
     "model, other study"), else, for a variant (`model` a label, `base` its registered model),
     of its registered model's runs in any study, on the same dataset ("registered model") or any
@@ -51,7 +54,10 @@ def run_cost(
             ("registered model, any dataset", made + borrowed, registered),
             ("guess", made, lambda r: True),
         ):
-            walls = [float(r.get("wall_seconds") or 0) for r in runs if same(r)]
+            match = [r for r in runs if same(r)]
+            if basis != "guess":  # the newest: kernels get faster (the native chains: -30%)
+                match = sorted(match, key=lambda r: str(r.get("date") or ""))[-NEWEST:]
+            walls = [float(r.get("wall_seconds") or 0) for r in match]
             if walls:
                 other = "gpu" if kind == "cpu" else "cpu"
                 return sum(walls) / len(walls), basis + ("" if same_kind else f" on {other}")
