@@ -358,3 +358,23 @@ def test_an_unusable_cache_falls_back_to_the_temporary_directory(tmp_path, monke
     monkeypatch.setattr(native, "_LIBS", {})
     assert native.cache_dir().parent == Path(tempfile.gettempdir())
     assert native.load("slot_chain") is not None, native.why_not("slot_chain")
+
+
+@needs_cc
+def test_track_names_the_kernels_a_computation_used():
+    """A run's provenance: `track` collects the kernels that ran inside it, and none where the
+    torch paths ran (float64, or the switch off)."""
+    from kt_lib.audit import random_batch
+    from kt_lib.models import build_model
+
+    model = build_model("dtransformer", preset="tiny", num_c=5).train()
+    batch = random_batch(5, B=2, L=12, seed=0)
+    with native.track() as used:
+        model(batch)
+    assert native.named(used) == "akt_chain,slot_chain"
+    with native.track() as used, native.use(False):
+        model(batch)
+    assert native.named(used) is None
+    with native.track() as used:
+        model.double()(batch)
+    assert used == set()

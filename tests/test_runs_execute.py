@@ -146,3 +146,16 @@ def test_a_worker_ends_when_the_process_that_started_it_is_killed(tmp_path):
         time.sleep(0.2)
     os.kill(worker, signal.SIGKILL)
     raise AssertionError(f"worker {worker} outlived its killed parent by 15 s")
+
+
+def test_a_row_names_the_native_kernels_its_run_used(bundle):
+    """AKT's attention runs its C chain on a CPU that builds it; DKT uses none (the row leaves
+    the field out rather than name a kernel another run in the process loaded)."""
+    from kt_lib.nn import native
+
+    cells = [{"label": "akt", "model": "akt", "overrides": {"d": 8, "n_heads": 2, "d_ff": 8}}]
+    table = run_grid(cells + CELLS[:1], bundle, [0], TINY_TRAIN, progress=False)
+    akt, dkt = table.iloc[0], table.iloc[1]
+    if native.load("akt_chain") is not None:
+        assert akt["native"] == "akt_chain"
+    assert pd.isna(dkt.get("native"))

@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, replace
 
+from ..nn import native
 from ..provenance import cpu_cores, device_name
 from ..train import TrainConfig
 from .experiment import ExperimentResult, run_experiment
@@ -117,6 +118,7 @@ class RunOutcome:
     traceback: str | None = None
     wall_seconds: float = 0.0  # data loading excluded, training and evaluation included
     device_name: str = ""  # GPU name, or the CPU model
+    native: str | None = None  # the C kernels the run used (kt_lib.nn.native.track)
 
     @property
     def ok(self) -> bool:
@@ -163,8 +165,9 @@ def run_spec(
             raise ValueError("the run names no DataSpec and no bundle was shared")
         out.protocol = bundle.protocol
         t0 = time.perf_counter()
-        res = run_experiment(spec, bundle)
-        out.result, out.figures = res, res.figures()
+        with native.track() as used:
+            res = run_experiment(spec, bundle)
+        out.result, out.figures, out.native = res, res.figures(), native.named(used)
     except Exception as exc:  # the run failed: record it, the plan goes on
         out.error = f"{type(exc).__name__}: {exc}"
         out.traceback = traceback.format_exc()

@@ -26,6 +26,7 @@ from ..data.dataset import KTDataset
 from ..fileio import save_json
 from ..models import build_model
 from ..models.base import KTModel
+from ..nn import native
 from ..provenance import device_name, run_commit
 from ..train import DEFAULT_PROTOCOL, TrainConfig, evaluate, evaluate_protocols, fit
 from .data import DataSpec
@@ -354,7 +355,8 @@ def main(argv: list[str] | None = None) -> None:
     bundle, rows, commit = data.load(), [], run_commit()
     for spec in specs:
         t0 = time.perf_counter()
-        res = run_experiment(spec, bundle)
+        with native.track() as used:
+            res = run_experiment(spec, bundle)
         record = RunRecord(
             spec.name,
             spec.seed,
@@ -366,6 +368,7 @@ def main(argv: list[str] | None = None) -> None:
             protocol=bundle.protocol,
             wall_seconds=time.perf_counter() - t0,
             device_name=device_name(tc.device),
+            native=native.named(used),
             commit=commit,
             date=now(),
         )

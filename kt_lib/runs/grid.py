@@ -157,6 +157,7 @@ def run_grid(
             traceback=out.traceback,
             wall_seconds=out.wall_seconds,
             device_name=out.device_name,
+            native=out.native,
         )
         rows[out.index] = record.row()
         if callback is not None and out.result is not None:

@@ -127,6 +127,7 @@ def run_plan(
             traceback=out.traceback,
             wall_seconds=out.wall_seconds,
             device_name=out.device_name,
+            native=out.native,
             commit=commit,
             date=now(),
             # the plan's recipe; a variant's own lr and precision show in its row (the

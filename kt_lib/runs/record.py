@@ -5,10 +5,10 @@ A row is flat: identity (dataset, model, fold, seed, variant or cell label, pres
 then the result's figures (test_<metric>, test_<metric>@<rows>/<history>, valid_<headline>,
 best_epoch, epochs, params, train/prepare seconds, threads, diag_<figure>), then how it ran
 (data format, the split's protocol statement, run_key, error and traceback of a failed run,
-wall seconds, device, commit, date, training settings). `model` is the row's label: a variant's
-label with its registered model in `variant_of` (a grid names its cell in `label` beside the
-registered `model`). Fields that do not apply (None) are left out of the row, so the rows of the
-committed results files (results/*.json) are rows of this schema.
+wall seconds, device, the native kernels used, commit, date, training settings). `model` is the
+row's label: a variant's label with its registered model in `variant_of` (a grid names its cell
+in `label` beside the registered `model`). Fields that do not apply (None) are left out of the
+row, so the rows of the committed results files (results/*.json) are rows of this schema.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class RunRecord:
     traceback: str | None = None
     wall_seconds: float | None = None
     device_name: str | None = None
+    native: str | None = None  # the C kernels the run used (kt_lib.nn.native.track)
     commit: str | None = None
     date: str | None = None
     train: dict | None = None  # the training settings that change the numbers
@@ -69,6 +70,7 @@ class RunRecord:
             "traceback": self.traceback,
             "wall_seconds": self.wall_seconds,
             "device_name": self.device_name,
+            "native": self.native,
             "commit": self.commit,
             "date": self.date,
             "train": self.train,

@@ -40,6 +40,7 @@ FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared"]
 _ENABLED = True
 _LIBS: dict[str, ctypes.CDLL | None] = {}
 _WHY: dict[str, str] = {}
+_TRACKING: list[set[str]] = []  # the sets of the open `track` contexts
 _LOCK = threading.Lock()
 _POOL: tuple[int, ThreadPoolExecutor] | None = None  # (pid that made it, pool): a forked
 # child inherits the pool object but not its threads, so it makes its own
@@ -131,7 +132,27 @@ def load(name: str) -> ctypes.CDLL | None:
                     RuntimeWarning,
                     stacklevel=3,
                 )
+        if _LIBS[name] is not None:
+            for used in _TRACKING:
+                used.add(name)
         return _LIBS[name]
+
+
+@contextmanager
+def track():
+    """Within: the names of the kernels that ran collect in the yielded set (a run's provenance:
+    its numbers came from these C chains rather than the torch paths)."""
+    used: set[str] = set()
+    _TRACKING.append(used)
+    try:
+        yield used
+    finally:
+        _TRACKING.remove(used)
+
+
+def named(used: set[str]) -> str | None:
+    """A `track` set as a results row writes it: comma-separated, sorted; None when empty."""
+    return ",".join(sorted(used)) or None
 
 
 def why_not(name: str) -> str | None:
