@@ -379,54 +379,6 @@ def test_slot_normaliser_reads_no_future_key(backend):
             assert torch.equal(out[..., : t + 1, :], base[..., : t + 1, :]), t
 
 
-# ---------------------------------------------------------------- dropout
-
-
-def test_fast_dropout_rate_scale_and_gradients():
-    keep = torch.empty(200_000, dtype=torch.bool)
-    torch.manual_seed(0)
-    scale = drop.draw_keep(keep, 0.05)
-    assert abs(scale - 1 / 0.95) < 1e-4 and abs(keep.float().mean().item() - 0.95) < 0.003
-    torch.manual_seed(0)
-    as_float = torch.empty(200_000)
-    drop.draw_keep(as_float, 0.05)  # the same draw, as 0./1. floats
-    assert torch.equal(as_float, keep.float())
-    assert drop.draw_keep(keep, 0.0) == 1.0 and keep.all()
-    # each int64 draw feeds four elements: every 16-bit lane keeps at the rate asked
-    half = torch.empty(400_000, dtype=torch.bool)
-    drop.draw_keep(half, 0.5)
-    for lane in range(4):
-        assert abs(half[lane::4].float().mean().item() - 0.5) < 0.005, lane
-    x = torch.randn(6, 7, dtype=torch.float64, requires_grad=True)
-    for module in (drop.Dropout(0.3), drop.ReLUDropout(0.3), drop.ReLUDropout(0.0)):
-        module.train()
-
-        def f(t, module=module):
-            torch.manual_seed(1)  # the same mask on every call
-            return module(t * 1)  # ReLUDropout works in place on a fresh op output
-
-        out = f(x)
-        kept = out != 0
-        base = torch.relu(x) if isinstance(module, drop.ReLUDropout) else x
-        torch.testing.assert_close(out[kept], (base * drop.keep_scale(module.p))[kept])
-        assert torch.autograd.gradcheck(f, (x,))
-        module.eval()
-        assert torch.equal(module(x), base) and torch.equal(module(x * 1), base)
-
-
-def test_buffer_pool_survives_eviction_with_changing_shapes():
-    """Regression: batches of varying length (length bucketing) left an empty stack at the
-    front of the pool, and eviction then popped from it (IndexError in AKT's backward)."""
-    like = torch.zeros(1)
-    pool = cpu_kernels.BufferPool(max_bytes=3 * 4 * 100)
-    a = pool.take((10, 10), like)
-    pool.give(a)
-    assert pool.take((10, 10), like) is a and pool.bytes == 0  # reused, its stack removed
-    pool.give(*(torch.empty(20, 10) for _ in range(2)))  # over budget: evicts the oldest
-    assert 0 < pool.bytes <= pool.max_bytes
-    assert all(stack for stack in pool.free.values())
-
-
 # ---------------------------------------------------------------- every model, every backend
 
 NUM_C, NUM_PID = 12, 30

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from .dropout import draw_keep, keep_scale
 from .native.akt import backward_chain, forward_chain
-from .pool import POOL, BufferPool, clear_buffer_pool  # noqa: F401 (BufferPool: the tests')
+from .pool import POOL, clear_buffer_pool  # noqa: F401 (clear_buffer_pool: kt_lib.nn.cpu API)
 from .reference import DECAY_MAX, DECAY_MIN, safe_mask
 
 CHUNK_ELEMS = 1 << 19  # ~2 MB of float32 per chunk: the elementwise chain stays in cache
