@@ -169,14 +169,12 @@ def run_split(fn, head: tuple, n: int, tail: tuple) -> None:
         return
     global _POOL
     with _LOCK:
-        if _POOL is None or _POOL[0] != os.getpid() or _POOL[1]._max_workers < parts:
-            _POOL = os.getpid(), ThreadPoolExecutor(parts, thread_name_prefix="kt-native")
+        if _POOL is None or _POOL[0] != os.getpid() or _POOL[1]._max_workers < parts - 1:
+            _POOL = os.getpid(), ThreadPoolExecutor(parts - 1, thread_name_prefix="kt-native")
         pool = _POOL[1]
     edges = [round(i * n / parts) for i in range(parts + 1)]
-    futures = [
-        pool.submit(fn, *head, p0, p1, *tail)
-        for p0, p1 in zip(edges[:-1], edges[1:], strict=True)
-        if p1 > p0
-    ]
+    ranges = [(p0, p1) for p0, p1 in zip(edges[:-1], edges[1:], strict=True) if p1 > p0]
+    futures = [pool.submit(fn, *head, p0, p1, *tail) for p0, p1 in ranges[1:]]
+    fn(*head, *ranges[0], *tail)  # the first range here: one thread handoff fewer
     for f in futures:
         f.result()
