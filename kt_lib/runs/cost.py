@@ -1,8 +1,8 @@
 """What the runs a study has left cost: per cell, from the wall times of finished runs.
 
 A left run of a (dataset, model) cell costs the mean wall time of the newest finished runs
-closest to it, on the device kind it will run on (`run_cost`); `cells` tabulates a study's cells for
-`kt study status`, `kind_hours` a study's hours for `kt study list`.
+closest to it, on the device kind it will run on (`run_cost`); `cells` tabulates a study's
+cells for `kt study status`, `kind_hours` a study's hours for `kt study list`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ def run_cost(
     base: str | None = None,
 ) -> tuple[float, str]:
     """(seconds, basis) a run of `model` on `dataset` costs on a device of `kind` ("cpu" or
-    "gpu"): the mean wall time of its cell's newest NEWEST finished runs ("measured"; by their
-    `date`: the code they ran gets faster), else of the same cell
-    in another study (`pool`: "other study"), else of the model's on other datasets ("model";
+    "gpu"): the mean wall time of its cell's NEWEST newest finished runs by `date` ("measured";
+    the newest, since the code gets faster), else of the same cell in another study (`pool`:
+    "other study"), else of the model's on other datasets ("model";
     "model, other study"), else, for a variant (`model` a label, `base` its registered model),
     of its registered model's runs in any study, on the same dataset ("registered model") or any
     ("registered model, any dataset"), else of every finished run ("guess": rough until the
