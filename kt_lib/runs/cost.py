@@ -29,7 +29,8 @@ def run_cost(
     "model, other study"), else, for a variant (`model` a label, `base` its registered model),
     of its registered model's runs in any study, on the same dataset ("registered model") or any
     ("registered model, any dataset"), else of every finished run ("guess": rough until the
-    model's first run lands), each from runs made on that kind of device. Where no run was made
+    model's first run lands; every other basis takes its NEWEST newest runs too), each from
+    runs made on that kind of device. Where no run was made
     on one, the other kind's figures are used and the basis says so ("measured on gpu"): a GPU
     run's wall time says little of a CPU's. A model's runs on another dataset are not scaled to
     this one."""
