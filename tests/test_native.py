@@ -50,7 +50,7 @@ def _inputs(B=3, K=2, H=2, S=13, Dh=4, seed=1, hide=0.3):
 
 def _run(chain: bool, fn, leaves, *args, **kw):
     leaves = [t.clone().requires_grad_() for t in leaves]
-    with slots.native_chain(chain):
+    with native.use(chain):
         out, w = fn(*leaves, *args, **kw)
         g = torch.randn(out.shape, generator=torch.Generator().manual_seed(7))
         grads = torch.autograd.grad(out, leaves, g)
@@ -79,7 +79,7 @@ def test_slot_chain_builds_here():
     r, *_ = _inputs()
     assert slots._native(r) is not None
     assert slots._native(r.double()) is None  # float64 keeps the torch chain (exact tests)
-    with slots.native_chain(False):
+    with native.use(False):
         assert slots._native(r) is None
 
 
@@ -177,7 +177,7 @@ def test_a_failed_build_falls_back_and_says_why(tmp_path, monkeypatch):
     r, v, gamma, keep = _inputs()
     assert slots._native(r) is None
     out, _ = slots.slot(r, v, gamma, keep)
-    with slots.native_chain(False):
+    with native.use(False):
         plain, _ = slots.slot(r, v, gamma, keep)
     assert torch.equal(out, plain)
 
@@ -193,7 +193,7 @@ def test_native_chain_is_as_accurate_as_torch_chain(seed):
     ref, _ = slot_reference(r.double(), v.double(), gamma.double(), mask)
     err = {}
     for chain in (True, False):
-        with slots.native_chain(chain):
+        with native.use(chain):
             out, _ = slots.slot(r, v, gamma, keep, budget=2000)
         err[chain] = (out.double() - ref).abs().max().item()
     assert err[True] <= 2 * err[False] + 1e-6, err

@@ -82,7 +82,6 @@ def _rows(t: torch.Tensor, b0: int, b1: int) -> torch.Tensor:
 _P, _L = ctypes.c_void_p, ctypes.c_long
 # r, log P, log C, keep, keep rows, theta, B, H, K, S; chunk b0, b1, t0, t1, s1, strict
 _SIG = [_P] * 4 + [_L, _P] + [_L] * 4 + [_L] * 5 + [ctypes.c_int]
-native_chain = native.use  # the A/B switch (kt_lib.nn.native.use), under the name tests know
 
 
 def _native(r: torch.Tensor):
