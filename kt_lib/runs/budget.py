@@ -9,6 +9,7 @@ included) in a study of record, paired.
     kt budget search ordinal           # seed 002's phase 2 on OULAD K = 5
     kt budget best ordinal             # results/tuning/ordinal.json -> ordinal_oulad's _tuned rows
     kt budget search sparsekt          # pyKT's own sweep space, ASSIST2015 fold 0
+    kt budget status simakt            # trials ended per label, best so far, hours left
 
 `simakt` (seed 000): DTransformer, SimAKT without its inter-student heads and the three presets on
 algebra05 (split seed 0), validation AUC. Every label searches `SHARED_SPACE` (learning rate,
@@ -26,8 +27,10 @@ fold 0, validation AUC, over pyKT's own sweep (`SPARSEKT_SPACE`, from its
 examples/seedwandb/sparsekt.yaml); `kt budget best sparsekt` adds `sparsekt_topk_tuned` and
 `sparsekt_soft_tuned` rows to the baselines study, paired with the untuned ones.
 
-Trials live in an SQLite storage per budget (one Optuna study per label), so a search that is
-killed resumes with the trials it lacks; test students are never read.
+Trials live in an SQLite storage per budget (one Optuna study per label, runs/, not committed),
+so a search that is killed resumes with the trials it lacks; every ended trial is also written
+to a committed record (results/tuning/<budget>_trials.json, `kt_lib.runs.trials`), from which a
+fresh clone's search resumes. Test students are never read.
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ from ..train import TrainConfig
 from .search import Dim, _optimise, ordinal_space, preset_space, simakt_overrides, small_space
 from .spec import RunSpec
 from .study import DATA_ROOT, PREPARED, RESULTS, Part, Study
+from .trials import load as _load
+from .trials import restore, save, study_name, summary
 
 EPOCHS, PATIENCE = 30, 5  # the studies' recipe: every trial and every tuned row
 # DTransformer's settings every SimAKT label searches (the paper preset: lr 1e-3, dropout 0.2,
@@ -139,6 +144,10 @@ class Budget:
         return RESULTS / "tuning" / f"{self.name}.json"  # not results/*.json: those are runs
 
     @property
+    def record(self) -> Path:
+        return RESULTS / "tuning" / f"{self.name}_trials.json"  # every ended trial, committed
+
+    @property
     def storage(self) -> str:
         return f"sqlite:///{ROOT / 'runs' / f'{self.name}_budget.db'}"
 
@@ -217,16 +226,6 @@ def finished_trials(storage: str, label: str) -> int:
     return 0 if study is None else sum(t.state.is_finished() for t in study.trials)
 
 
-def _load(storage: str, label: str):
-    """`label`'s Optuna study in `storage`, or None before its first trial."""
-    import optuna
-
-    try:
-        return optuna.load_study(study_name=f"budget_{label}", storage=storage)
-    except KeyError:  # no such study yet
-        return None
-
-
 def search_label(
     budget: Budget,
     bundle,
@@ -237,13 +236,18 @@ def search_label(
     preset: str | None = None,
     seed: int = 0,
     progress: bool = False,
+    record: Path | None = None,
 ):
     """Run `label`'s trials until `n_trials` have ended in `storage` (default the budget's; a
     resumed search adds only the missing ones) at `preset` (default the budget's); the Optuna
     study, named budget_<label>. A resumed search seeds its sampler with `seed` plus the trials
-    already ended, so it draws new settings rather than replaying the first ones."""
+    already ended, so it draws new settings rather than replaying the first ones. With
+    `record` (a trial record, `kt_lib.runs.trials`), the storage first gains the recorded
+    trials it lacks, and each ended trial is written back to the record."""
     model, _ = budget.label_of(label)
     storage = storage or budget.storage
+    if record is not None:
+        restore(storage, label, record)
     preset = preset or budget.preset
     cfg = train_config or TrainConfig.recipe(
         "workbook", epochs=EPOCHS, patience=PATIENCE, progress=False
@@ -257,8 +261,9 @@ def search_label(
         return RunSpec(model, preset, fields, seed=seed, label=label, train=train)
 
     space = budget.space(label, len(bundle.train))
-    return _optimise(make_spec, bundle, space, budget.metric, left, storage, f"budget_{label}",
-                     seed + ended, 1, None, None, progress)  # fmt: skip
+    keep = [] if record is None else [lambda study, trial: save(storage, label, record)]
+    return _optimise(make_spec, bundle, space, budget.metric, left, storage, study_name(label),
+                     seed + ended, 1, None, None, progress, callbacks=keep)  # fmt: skip
 
 
 def best_configs(budget: Budget, storage: str | None = None) -> dict:
@@ -384,8 +389,18 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("budget", choices=sorted(BUDGETS))
     b.add_argument("--storage", default=None)
     b.add_argument("--out", default=None, help="default results/tuning/<budget>.json")
+    t = sub.add_parser("status", help="trials ended per label, best so far, hours left")
+    t.add_argument("budget", choices=sorted(BUDGETS))
+    t.add_argument("--trials", type=int, default=20, help="trials per label (the record: 20)")
     a = p.parse_args(argv)
     budget = BUDGETS[a.budget]
+    record = budget.record if getattr(a, "storage", None) is None else None
+    if record is not None:  # the default storage: bring in what the committed record holds
+        for label in budget.labels:
+            restore(budget.storage, label, record)
+    if a.cmd == "status":
+        print(_status(budget, a.trials))
+        return
     if a.cmd == "search":
         if a.trials < 1:
             p.error(f"--trials {a.trials}: must be >= 1")
@@ -400,7 +415,7 @@ def main(argv: list[str] | None = None) -> None:
         )  # fmt: skip
         storage = a.storage or budget.storage
         for label in labels:
-            study = search_label(budget, bundle, label, a.trials, cfg, storage)
+            study = search_label(budget, bundle, label, a.trials, cfg, storage, record=record)
             states = [t.state.name.lower() for t in study.trials if t.state.is_finished()]
             counts = ", ".join(f"{states.count(x)} {x}" for x in sorted(set(states)))
             print(f"{label}: {len(states)} trials ended ({counts})", flush=True)
@@ -423,6 +438,23 @@ def main(argv: list[str] | None = None) -> None:
     }
     atomic_write_text(out, json.dumps(doc, indent=2) + "\n")
     print(f"wrote {out}: {', '.join(configs)}")
+
+
+def _status(budget: Budget, target: int) -> str:
+    rows = [summary(budget.storage, label, target) for label in budget.labels]
+    lines = [
+        f"{budget.name}: {sum(r['ended'] for r in rows)} of {target * len(rows)} trials "
+        f"ended (record: {budget.record.relative_to(ROOT)})",
+        f"{'label':<24} {'ended':>7} {'best':>7} {'min/trial':>9} {'h left':>7}  states",
+    ]
+    for r in rows:
+        best = "-" if r["best"] is None else f"{r['best']:.4f}"
+        per = "-" if r["min_per_trial"] is None else f"{r['min_per_trial']:.1f}"
+        left = "?" if r["hours_left"] is None else f"{r['hours_left']:.1f}"
+        states = ", ".join(f"{n} {s}" for s, n in r["states"].items())
+        lines.append(f"{r['label']:<24} {r['ended']:>3}/{target:<3} {best:>7} {per:>9} "
+                     f"{left:>7}  {states}")  # fmt: skip
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

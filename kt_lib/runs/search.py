@@ -123,9 +123,11 @@ def _optimise(
     pruner,
     timeout: float | None,
     progress: bool,
+    callbacks=(),
 ):
     """An Optuna study maximising the validation `metric` of `make_spec(settings)`'s run on
-    `bundle` (train/valid; test is not read), reported per epoch to the pruner."""
+    `bundle` (train/valid; test is not read), reported per epoch to the pruner; `callbacks`
+    (study, trial) after each ended trial."""
     import optuna
 
     def objective(trial) -> float:
@@ -157,6 +159,7 @@ def _optimise(
         timeout=timeout,
         show_progress_bar=progress,
         catch=(ValueError,),
+        callbacks=list(callbacks),
     )
     return study
 

@@ -1,0 +1,137 @@
+"""A tuning budget's trials as a committed record, so that a search spread over sessions (two CPU
+cores, no persistent disk) loses at most the trial in flight.
+
+The Optuna storage (an SQLite file under runs/, not committed) is where trials run; the record
+(`results/tuning/<budget>_trials.json`, committed) holds every ended trial of every label: its
+state, value, settings and their distributions, the validation metric after each epoch (what
+the median pruner compares against), when it ran, and its origin (`<number>@<start time>` of the
+trial as first run). `save` rewrites a label's entry after each ended trial (atomically);
+`restore` adds to a storage the recorded trials it lacks (matched by origin), so a fresh clone
+resumes a search, and `kt budget best` works, from the record alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+from ..fileio import atomic_write_text
+
+ORIGIN = "origin"  # user attribute: the trial's first number and start time
+
+
+def study_name(label: str) -> str:
+    return f"budget_{label}"
+
+
+def load(storage: str, label: str):
+    """`label`'s Optuna study in `storage`, or None before its first trial."""
+    import optuna
+
+    try:
+        return optuna.load_study(study_name=study_name(label), storage=storage)
+    except KeyError:  # no such study yet
+        return None
+
+
+def origin(trial) -> str:
+    return trial.user_attrs.get(ORIGIN) or f"{trial.number}@{trial.datetime_start.isoformat()}"
+
+
+def _row(trial) -> dict:
+    from optuna.distributions import distribution_to_json
+
+    return {
+        ORIGIN: origin(trial),
+        "state": trial.state.name,
+        "value": trial.value,
+        "params": trial.params,
+        "distributions": {k: distribution_to_json(d) for k, d in trial.distributions.items()},
+        "intermediate": {str(k): v for k, v in sorted(trial.intermediate_values.items())},
+        "user_attrs": {k: v for k, v in trial.user_attrs.items() if k != ORIGIN},
+        "start": trial.datetime_start.isoformat() if trial.datetime_start else None,
+        "complete": trial.datetime_complete.isoformat() if trial.datetime_complete else None,
+    }
+
+
+def read(path: Path) -> dict[str, list[dict]]:
+    """{label: [trial rows]} of the record at `path` ({} when there is none)."""
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["labels"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not a trial record ({e}); fix or remove it") from e
+
+
+def save(storage: str, label: str, path: Path) -> int:
+    """Rewrite `label`'s entry of the record at `path` with its ended trials in `storage`; the
+    number of trials written."""
+    study = load(storage, label)
+    rows = [] if study is None else [_row(t) for t in study.trials if t.state.is_finished()]
+    labels = read(path)
+    labels[label] = rows
+    doc = {"about": "ended trials per label (kt_lib.runs.trials)", "labels": dict(sorted(
+        labels.items()))}  # fmt: skip
+    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
+    return len(rows)
+
+
+def restore(storage: str, label: str, path: Path) -> int:
+    """Add to `label`'s study in `storage` (created if absent) the trials of the record at
+    `path` that it lacks; the number added."""
+    import optuna
+    from optuna.distributions import json_to_distribution
+
+    rows = read(path).get(label, [])
+    if not rows:
+        return 0
+    study = optuna.create_study(
+        study_name=study_name(label), storage=storage, load_if_exists=True, direction="maximize"
+    )
+    have = {origin(t) for t in study.trials}
+    added = 0
+    for row in rows:
+        if row[ORIGIN] in have:
+            continue
+        trial = optuna.trial.create_trial(
+            state=optuna.trial.TrialState[row["state"]],
+            value=row["value"] if row["state"] == "COMPLETE" else None,
+            params=row["params"],
+            distributions={k: json_to_distribution(d) for k, d in row["distributions"].items()},
+            user_attrs={**row["user_attrs"], ORIGIN: row[ORIGIN]},
+            intermediate_values={int(k): v for k, v in row["intermediate"].items()},
+        )
+        if row["start"]:
+            trial.datetime_start = dt.datetime.fromisoformat(row["start"])
+        if row["complete"]:
+            trial.datetime_complete = dt.datetime.fromisoformat(row["complete"])
+        study.add_trial(trial)
+        added += 1
+    return added
+
+
+def summary(storage: str, label: str, target: int) -> dict:
+    """How far `label`'s search is: trials ended (by state) of `target`, the best value so far,
+    the median minutes a trial took (ended ones) and the hours left at that pace."""
+    study = load(storage, label)
+    ended = [] if study is None else [t for t in study.trials if t.state.is_finished()]
+    states = [t.state.name.lower() for t in ended]
+    minutes = sorted(
+        (t.datetime_complete - t.datetime_start).total_seconds() / 60
+        for t in ended
+        if t.datetime_start and t.datetime_complete
+    )
+    per = minutes[len(minutes) // 2] if minutes else None
+    done = [t.value for t in ended if t.state.name == "COMPLETE" and t.value is not None]
+    left = max(0, target - len(ended))
+    return {
+        "label": label,
+        "ended": len(ended),
+        "target": target,
+        "states": {s: states.count(s) for s in sorted(set(states))},
+        "best": max(done) if done else None,
+        "min_per_trial": per,
+        "hours_left": None if per is None else left * per / 60,
+    }

@@ -1,0 +1,101 @@
+"""kt_lib.runs.trials: a tuning budget's committed trial record. Every ended trial (complete,
+pruned, failed) round-trips through the record into a fresh storage with its state, value,
+settings, distributions and per-epoch values; restoring twice adds nothing; a search writes each
+ended trial to the record and a fresh clone's search resumes from it; `kt budget status` and
+`kt budget best` read a storage rebuilt from the record alone."""
+
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+
+from kt_lib.data.synthetic import simulate
+from kt_lib.runs import budget, trials
+from kt_lib.train import TrainConfig
+
+SIMAKT = budget.BUDGETS["simakt"]
+
+
+def _storage(tmp_path, name: str) -> str:
+    return f"sqlite:///{tmp_path / name}"
+
+
+def _three_trials(storage: str, label: str) -> None:
+    study = optuna.create_study(study_name=trials.study_name(label), storage=storage,
+                                direction="maximize")  # fmt: skip
+    dist = {"lr": optuna.distributions.FloatDistribution(1e-4, 3e-3, log=True),
+            "d_fc": optuna.distributions.CategoricalDistribution((128, 256, 512))}  # fmt: skip
+    ends = (("COMPLETE", 0.71, 1e-3), ("PRUNED", None, 2e-4), ("FAIL", None, 3e-3))
+    for state, value, lr in ends:
+        study.add_trial(optuna.trial.create_trial(
+            state=optuna.trial.TrialState[state], value=value, params={"lr": lr, "d_fc": 256},
+            distributions=dist, intermediate_values={0: 0.6, 1: 0.65}, user_attrs={"best_epoch": 1},
+        ))  # fmt: skip
+
+
+def test_every_ended_trial_round_trips_through_the_record(tmp_path):
+    src, dst, path = _storage(tmp_path, "a.db"), _storage(tmp_path, "b.db"), tmp_path / "t.json"
+    _three_trials(src, "dtransformer")
+    assert trials.save(src, "dtransformer", path) == 3
+    assert trials.restore(dst, "dtransformer", path) == 3
+    assert trials.restore(dst, "dtransformer", path) == 0  # matched by origin: nothing twice
+    a, b = (trials.load(s, "dtransformer").trials for s in (src, dst))
+    for x, y in zip(a, b, strict=True):
+        assert (x.state, x.value, x.params) == (y.state, y.value, y.params)
+        assert x.distributions == y.distributions
+        assert x.intermediate_values == y.intermediate_values
+        assert y.user_attrs["best_epoch"] == 1 and trials.origin(x) == trials.origin(y)
+        assert x.datetime_start == y.datetime_start
+    # a trial that ends in the fresh storage joins the record beside the restored ones
+    lr = {"lr": optuna.distributions.FloatDistribution(1e-4, 3e-3, log=True)}
+    new = optuna.trial.create_trial(value=0.72, params={"lr": 5e-4}, distributions=lr)
+    trials.load(dst, "dtransformer").add_trial(new)
+    assert trials.save(dst, "dtransformer", path) == 4
+    assert trials.restore(src, "dtransformer", path) == 1
+    assert trials.summary(src, "dtransformer", 20)["states"] == {"complete": 2, "fail": 1,
+                                                                 "pruned": 1}  # fmt: skip
+
+
+def test_a_broken_record_is_named(tmp_path):
+    path = tmp_path / "t.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=r"t\.json: not a trial record"):
+        trials.restore(_storage(tmp_path, "a.db"), "dtransformer", path)
+    assert trials.restore(_storage(tmp_path, "a.db"), "x", tmp_path / "none.json") == 0
+
+
+def test_a_search_records_each_trial_and_a_fresh_clone_resumes_from_the_record(tmp_path):
+    sim = simulate(num_students=30, seq_len=12, num_c=5, seed=4).data
+    bundle = type("B", (), {"train": sim.subset(range(24)), "valid": sim.subset(range(24, 30))})
+    cfg, path = TrainConfig(epochs=2, progress=False), tmp_path / "simakt_trials.json"
+    first = _storage(tmp_path, "first.db")
+    budget.search_label(SIMAKT, bundle, "dtransformer", 2, cfg, first, preset="tiny", record=path)
+    rows = json.loads(path.read_text())["labels"]["dtransformer"]
+    assert len(rows) == 2 and all(len(r["intermediate"]) >= 1 for r in rows)
+    fresh = _storage(tmp_path, "fresh.db")  # a clone with the record and no storage
+    study = budget.search_label(SIMAKT, bundle, "dtransformer", 3, cfg, fresh, preset="tiny",
+                                record=path)  # fmt: skip
+    assert budget.finished_trials(fresh, "dtransformer") == 3  # two restored, one run
+    drawn = {tuple(sorted(t.params.items())) for t in study.trials}
+    assert len(drawn) == 3
+    assert len(json.loads(path.read_text())["labels"]["dtransformer"]) == 3
+
+
+def test_status_and_best_read_the_record_on_a_fresh_clone(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(budget, "ROOT", tmp_path)
+    monkeypatch.setattr(budget, "RESULTS", tmp_path / "results")
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "results" / "tuning").mkdir(parents=True)
+    _three_trials(_storage(tmp_path, "elsewhere.db"), "dtransformer")
+    trials.save(_storage(tmp_path, "elsewhere.db"), "dtransformer", SIMAKT.record)
+    budget.main(["status", "simakt"])
+    out = capsys.readouterr().out
+    assert "simakt: 3 of 100 trials ended" in out
+    line = next(x for x in out.splitlines() if x.startswith("dtransformer "))
+    assert "3/20" in line and "0.7100" in line and "1 complete, 1 fail, 1 pruned" in line
+    budget.main(["best", "simakt", "--out", str(tmp_path / "best.json")])
+    best = json.loads((tmp_path / "best.json").read_text())["labels"]
+    assert best["dtransformer"]["lr"] == pytest.approx(1e-3)
+    assert best["dtransformer"]["trials"] == {"complete": 1, "fail": 1, "pruned": 1}
