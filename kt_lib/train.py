@@ -133,7 +133,7 @@ class FitResult:
     history: pd.DataFrame
     best_epoch: int
     best_metric: float
-    seconds: float
+    seconds: float  # a resumed run's earlier processes included (history.attrs: earlier_seconds)
 
 
 @contextlib.contextmanager
@@ -200,6 +200,7 @@ def fit(
     rows: list[dict] = []
     best = {"metric": -np.inf, "epoch": -1, "state": None}
     start_epoch, waited = 0, 0
+    earlier = 0.0  # seconds the run spent before a resume, in the processes before this one
     t0 = time.perf_counter()
 
     with seeded(cfg.seed), use_backend(cfg.backend), precision_context(cfg.precision, cfg.device):
@@ -216,6 +217,8 @@ def fit(
             opt.load_state_dict(tensors["optimizer"])
             rows = meta["history"]
             start_epoch, waited = meta["epoch"] + 1, meta["waited"]
+            # checkpoints before "seconds" was saved: their epochs' training time (no evaluation)
+            earlier = float(meta.get("seconds", sum(r.get("train_seconds", 0.0) for r in rows)))
             best.update(metric=meta["best_metric"], epoch=meta["best_epoch"])
             torch.manual_seed(cfg.seed + start_epoch)
         for epoch in range(start_epoch, cfg.epochs):
@@ -286,6 +289,7 @@ def fit(
                         "history": rows,
                         "best_metric": best["metric"],
                         "best_epoch": best["epoch"],
+                        "seconds": earlier + time.perf_counter() - t0,
                     },
                 )
             if waited >= cfg.patience:
@@ -301,8 +305,8 @@ def fit(
     model.eval()
     history = pd.DataFrame(rows)
     history.attrs["prepare_seconds"] = prepare_seconds
+    history.attrs["earlier_seconds"] = earlier  # > 0: resumed from an epoch checkpoint
     if cfg.checkpoint:
         save_json(Path(f"{cfg.checkpoint}_history.json"), {"history": rows})
-    return FitResult(
-        model, history, int(best["epoch"]), float(best["metric"]), time.perf_counter() - t0
-    )
+    seconds = earlier + time.perf_counter() - t0  # a resumed run's processes all counted
+    return FitResult(model, history, int(best["epoch"]), float(best["metric"]), seconds)

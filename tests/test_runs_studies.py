@@ -161,11 +161,17 @@ def test_a_killed_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
     assert "killed" in json.loads((tmp_path / "b.json").read_text())["results"][0]["error"]
     epochs.clear()
     kill_at = None
+    (last,) = (tmp_path / "ck_b").rglob("*_last.json")
+    meta = json.loads(last.read_text())
+    assert meta["seconds"] > 0  # epochs 0-1, in the killed process; say they took 1000 s
+    last.write_text(json.dumps({**meta, "seconds": 1000.0}))  # the hash covers the .pt only
     studies.run(study, data, path=tmp_path / "b.json", checkpoints=tmp_path / "ck_b",
                 progress=False)  # fmt: skip
     assert epochs == [2, 3]  # resumed mid-run
     resumed = json.loads((tmp_path / "b.json").read_text())["results"]
     assert len(resumed) == 1 and not resumed[0].get("error")
+    # its times count both processes: the killed one's epochs and the resumed one's
+    assert resumed[0]["wall_seconds"] > resumed[0]["train_seconds"] > 1000
     for key in ("test_auc", "test_acc", "test_rmse", "best_epoch"):
         assert resumed[0][key] == whole[key], key
 

@@ -62,7 +62,7 @@ def test_fit_is_deterministic_and_resumes(tmp_path):
     straight = a.history[cols].values
     torch.manual_seed(0)
     model = build_model("sakt", preset="tiny", dataset=train)
-    fit(
+    first = fit(
         model,
         train,
         valid,
@@ -72,6 +72,7 @@ def test_fit_is_deterministic_and_resumes(tmp_path):
         patience=9,
         checkpoint=str(tmp_path / "r"),
     )
+    assert a.history.attrs["earlier_seconds"] == first.history.attrs["earlier_seconds"] == 0
     torch.manual_seed(0)
     model = build_model("sakt", preset="tiny", dataset=train)
     resumed = fit(
@@ -86,6 +87,9 @@ def test_fit_is_deterministic_and_resumes(tmp_path):
         resume=True,
     )
     assert np.allclose(resumed.history[cols].values, straight, atol=1e-6)
+    # the resumed run's seconds count the first process's too (the records' wall times)
+    earlier = resumed.history.attrs["earlier_seconds"]
+    assert 0 < earlier <= first.seconds and resumed.seconds > earlier
 
 
 def test_dkt_learns_on_a_learnable_signal():

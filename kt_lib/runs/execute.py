@@ -116,7 +116,8 @@ class RunOutcome:
     protocol: str = ""  # the bundle's split statement
     error: str | None = None  # "ExceptionType: message" of a failed run
     traceback: str | None = None
-    wall_seconds: float = 0.0  # data loading excluded, training and evaluation included
+    wall_seconds: float = 0.0  # data loading excluded, training and evaluation included; a
+    # resumed run's earlier processes included
     device_name: str = ""  # GPU name, or the CPU model
     native: str | None = None  # the C kernels the run used (kt_lib.nn.native.track)
 
@@ -172,6 +173,8 @@ def run_spec(
         out.error = f"{type(exc).__name__}: {exc}"
         out.traceback = traceback.format_exc()
     out.wall_seconds = time.perf_counter() - t0
+    if out.result is not None:
+        out.wall_seconds += out.result.earlier_seconds
     return out
 
 

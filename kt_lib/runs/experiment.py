@@ -60,6 +60,11 @@ class ExperimentResult:
     ordinal: bool = False  # the model predicts K > 2 categories
 
     @property
+    def earlier_seconds(self) -> float:
+        """Seconds this run trained in earlier processes (resumed from an epoch checkpoint)."""
+        return float(self.history.attrs.get("earlier_seconds", 0.0))
+
+    @property
     def headline(self) -> str:
         return "qwk" if self.ordinal else "auc"
 
@@ -366,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
             figures=res.figures(),
             data_format=data.data_format,
             protocol=bundle.protocol,
-            wall_seconds=time.perf_counter() - t0,
+            wall_seconds=time.perf_counter() - t0 + res.earlier_seconds,
             device_name=device_name(tc.device),
             native=native.named(used),
             commit=commit,
