@@ -5,7 +5,8 @@ The Optuna storage (an SQLite file under runs/, not committed) is where trials r
 (`results/tuning/<budget>_trials.json`, committed) holds every ended trial of every label: its
 state, value, settings and their distributions, the validation metric after each epoch (what
 the median pruner compares against), when it ran, and its origin (`<number>@<start time>` of the
-trial as first run). `save` rewrites a label's entry after each ended trial (atomically);
+trial as first run). `save` rewrites a label's entry after each ended trial (atomically, under
+a file lock: searches of several labels may run at once);
 `restore` adds to a storage the recorded trials it lacks (matched by origin), so a fresh clone
 resumes a search, and `kt budget best` works, from the record alone.
 """
@@ -16,7 +17,7 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from ..fileio import atomic_write_text
+from ..fileio import atomic_write_text, locked
 
 ORIGIN = "origin"  # user attribute: the trial's first number and start time
 
@@ -70,11 +71,12 @@ def save(storage: str, label: str, path: Path) -> int:
     number of trials written."""
     study = load(storage, label)
     rows = [] if study is None else [_row(t) for t in study.trials if t.state.is_finished()]
-    labels = read(path)
-    labels[label] = rows
-    doc = {"about": "ended trials per label (kt_lib.runs.trials)", "labels": dict(sorted(
-        labels.items()))}  # fmt: skip
-    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
+    with locked(path):  # searches of other labels may write their entries meanwhile
+        labels = read(path)
+        labels[label] = rows
+        doc = {"about": "ended trials per label (kt_lib.runs.trials)", "labels": dict(sorted(
+            labels.items()))}  # fmt: skip
+        atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
     return len(rows)
 
 
