@@ -1,6 +1,6 @@
-"""The native CPU chains (kt_lib/nn/native: AKT's monotonic attention, DTransformer's Block 4)
-against torch's, per model, in one process: also the issue's ratio "DTransformer's step / AKT's"
-from one run, with both models on the same chains.
+"""The native CPU chains (kt_lib/nn/native: AKT's monotonic attention, DTransformer's Block 4,
+stableKT's penumbral lca) against torch's, per model, in one process: also the issue's ratio
+"DTransformer's step / AKT's" from one run, with both models on the same chains.
 
     python benchmarks/bench_block4_native.py [--models akt dtransformer simakt] [--repeats 3]
         [--threads 1] [--out benchmarks/results/block4_native_cpu.json]
@@ -34,7 +34,7 @@ def main() -> None:
     p.add_argument("--out", default="benchmarks/results/block4_native_cpu.json")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
-    for lib in ("slot_chain", "akt_chain"):
+    for lib in ("slot_chain", "akt_chain", "penumbral"):
         if native.load(lib) is None:
             sys.exit(f"{lib} does not build here: {native.why_not(lib)}")
     runs = {}  # (model, chain) -> (step, infer, model, batch)

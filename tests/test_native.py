@@ -378,3 +378,39 @@ def test_track_names_the_kernels_a_computation_used():
     with native.track() as used:
         model.double()(batch)
     assert used == set()
+
+
+@needs_cc
+@pytest.mark.parametrize("radius", [0.5, 3.0])  # small: most pairs out of the cone; large: in
+@pytest.mark.parametrize("mask_name", ["none", "strict", "ragged"])
+def test_native_penumbral_lca_equals_torch_chain(radius, mask_name):
+    """stableKT's penumbral heads on the `cpu` backend with the lca height in C (penumbral.c)
+    and in torch (tested against the reference in float64, tests/test_stablekt.py): outputs and
+    the gradients of q, k, v with the same dropout draws, across query blocks (L = 150), with
+    ties (a key equal to a query: z_q = z_k and delta at its clamp; two equal keys)."""
+    from kt_lib.nn.penumbral import penumbral_attention
+    from kt_lib.nn.reference import alibi_slopes, linear_bias
+
+    assert native.load("penumbral") is not None, native.why_not("penumbral")
+    B, H, L, Dh = 3, 2, 150, 5
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(B, H, L, Dh, generator=g) for _ in range(3))
+    k[:, :, 40] = q[:, :, 90]
+    k[:, :, 41] = k[:, :, 42]
+    valid = torch.arange(L) < torch.tensor([L, 97, 3])[:, None]
+    strict = causal_mask(L, strict=True)
+    mask = {"none": None, "strict": strict, "ragged": strict & valid[:, None, None, :]}[mask_name]
+    extra = linear_bias(alibi_slopes(2 * H)[H:], L, L)
+    res = []
+    for chain in (True, False):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        torch.manual_seed(5)  # the same keep draws on both paths
+        with native.use(chain), native.track() as used:
+            out = penumbral_attention(*leaves, radius, 0.7, mask, 0.2, extra)
+            gout = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+            res.append((out, torch.autograd.grad(out, leaves, gout)))
+        assert ("penumbral" in used) == chain
+    (out_a, g_a), (out_b, g_b) = res
+    torch.testing.assert_close(out_a, out_b, rtol=1e-5, atol=1e-5)
+    for name, x, y in zip("q k v".split(), g_a, g_b, strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4, msg=name)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from .cpu import fold_heads, scored_attention
+from .native import lca as native_lca
 from .reference import PENUMBRAL_EPS, PENUMBRAL_SQ_MIN, penumbral_coords, penumbral_points
 
 
@@ -139,6 +140,8 @@ class PenumbralScores:
 
     def scores(self, saved, where, work):
         delta, _, zq, zk = self._chunk(saved, where, work)
+        if native_lca.forward(delta, zq, zk, self.radius, PENUMBRAL_EPS, self.scale):
+            return delta  # scale * lca, written over delta (penumbral.c)
         return _lca(delta, zq, zk, self.radius)[0].mul_(self.scale)
 
     def backward(self, saved, grads, d, where, work):
@@ -146,8 +149,13 @@ class PenumbralScores:
         g_uq, g_uk, g_zq, g_zk = grads
         b0, b1, l0, l1, s1 = where
         delta, live, zq, zk = self._chunk(saved, where, work)
-        _, cone = _lca(delta, zq, zk, self.radius)
-        d_delta, d_zq, d_zk = _lca_grads(d.mul_(self.scale), delta, zq, zk, cone, self.radius)
+        d = d.mul_(self.scale)
+        native = native_lca.backward(d, delta, zq, zk, self.radius, PENUMBRAL_EPS)
+        if native is not None:  # d becomes d/d delta (penumbral.c)
+            d_delta, (d_zq, d_zk) = d, native
+        else:
+            _, cone = _lca(delta, zq, zk, self.radius)
+            d_delta, d_zq, d_zk = _lca_grads(d, delta, zq, zk, cone, self.radius)
         # delta = sqrt(clamp(sq)): d sq = d delta / (2 delta) where the clamp passes
         d_sq = d_delta.div_(delta).mul_(0.5).masked_fill_(~live, 0.0)
         uqc, ukc = uq[b0:b1, :, l0:l1], uk[b0:b1, :, :s1]

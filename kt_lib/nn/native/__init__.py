@@ -3,7 +3,8 @@
 A kernel here is a fused elementwise chain that torch can only run as many passes over memory:
 `slot_chain.c`, DTransformer's Block 4 (about 15 passes a chunk in torch, one here), and
 `akt_chain.c`, AKT's monotonic attention (fourteen passes a chunk in torch, a few loops a row
-here). Each is a plain C file with no torch or Python headers (`fastmath.h`: their shared inline
+here), and `penumbral.c`, stableKT's lca height and its gradient (about forty passes, one loop).
+Each is a plain C file with no torch or Python headers (`fastmath.h`: their shared inline
 exp): it compiles in about a second with the system's C compiler (`cc`, or `$CC`) and is called
 through `ctypes`, which releases the GIL, so a caller can split its rows between threads
 (`run_split`).
