@@ -89,8 +89,8 @@ def restore(storage: str, label: str, path: Path) -> int:
     rows = read(path).get(label, [])
     if not rows:
         return 0
-    study = optuna.create_study(
-        study_name=study_name(label), storage=storage, load_if_exists=True, direction="maximize"
+    study = load(storage, label) or optuna.create_study(
+        study_name=study_name(label), storage=storage, direction="maximize"
     )
     have = {origin(t) for t in study.trials}
     added = 0
