@@ -99,3 +99,18 @@ def test_status_and_best_read_the_record_on_a_fresh_clone(tmp_path, monkeypatch,
     best = json.loads((tmp_path / "best.json").read_text())["labels"]
     assert best["dtransformer"]["lr"] == pytest.approx(1e-3)
     assert best["dtransformer"]["trials"] == {"complete": 1, "fail": 1, "pruned": 1}
+
+
+def test_a_record_of_another_pruner_is_refused(tmp_path):
+    """Every trial of a budget has the same pruner: a record made under other pruner settings
+    (simakt's first search pruned from epoch 1; the budget now waits five epochs) is refused,
+    not mixed in."""
+    src, path = _storage(tmp_path, "a.db"), tmp_path / "t.json"
+    _three_trials(src, "dtransformer")
+    old = {"kind": "median", "n_startup_trials": 3, "n_warmup_steps": 1}
+    trials.save(src, "dtransformer", path, old)
+    assert json.loads(path.read_text())["pruner"] == old
+    assert SIMAKT.pruner != old
+    with pytest.raises(ValueError, match=r"t\.json: its trials were pruned with .* this budget"):
+        trials.restore(_storage(tmp_path, "b.db"), "dtransformer", path, SIMAKT.pruner)
+    assert trials.restore(_storage(tmp_path, "b.db"), "dtransformer", path, old) == 3

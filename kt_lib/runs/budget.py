@@ -138,6 +138,15 @@ class Budget:
     fields_of: Callable[[str, str | None, dict], dict]
     prepare: tuple | None = None  # (dataset name, raw folder, options) for `prepare`
     preset: str = "paper"  # the sizes searched: the tuned rows' studies train this preset
+    # the median pruner, the same for every label: trials that run whole before it prunes, and
+    # epochs a trial runs before it can be pruned (its validation metric after epoch `warmup`
+    # is the first one compared)
+    startup: int = 3
+    warmup: int = 1
+
+    @property
+    def pruner(self) -> dict:
+        return {"kind": "median", "n_startup_trials": self.startup, "n_warmup_steps": self.warmup}
 
     @property
     def file(self) -> Path:
@@ -193,6 +202,11 @@ BUDGETS: dict[str, Budget] = {
         "auc",
         _simakt_space,
         _simakt_fields,
+        # pruning after epoch 1 kept runs by their first two epochs' AUC (a first search on
+        # this CPU pruned 12 of 15 there, by margins of 0.003, while the best runs peak after
+        # epoch 20): five whole trials, then no pruning before epoch 5
+        startup=5,
+        warmup=5,
     ),
     "ordinal": Budget(
         "ordinal",
@@ -244,10 +258,12 @@ def search_label(
     already ended, so it draws new settings rather than replaying the first ones. With
     `record` (a trial record, `kt_lib.runs.trials`), the storage first gains the recorded
     trials it lacks, and each ended trial is written back to the record."""
+    import optuna
+
     model, _ = budget.label_of(label)
     storage = storage or budget.storage
     if record is not None:
-        restore(storage, label, record)
+        restore(storage, label, record, budget.pruner)
     preset = preset or budget.preset
     cfg = train_config or TrainConfig.recipe(
         "workbook", epochs=EPOCHS, patience=PATIENCE, progress=False
@@ -261,9 +277,13 @@ def search_label(
         return RunSpec(model, preset, fields, seed=seed, label=label, train=train)
 
     space = budget.space(label, len(bundle.train))
-    keep = [] if record is None else [lambda study, trial: save(storage, label, record)]
+    keep = (
+        [] if record is None else [lambda study, trial: save(storage, label, record, budget.pruner)]
+    )
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=budget.startup,
+                                         n_warmup_steps=budget.warmup)  # fmt: skip
     return _optimise(make_spec, bundle, space, budget.metric, left, storage, study_name(label),
-                     seed + ended, 1, None, None, progress, callbacks=keep)  # fmt: skip
+                     seed + ended, 1, pruner, None, progress, callbacks=keep)  # fmt: skip
 
 
 def best_configs(budget: Budget, storage: str | None = None) -> dict:
@@ -397,7 +417,7 @@ def main(argv: list[str] | None = None) -> None:
     record = budget.record if getattr(a, "storage", None) is None else None
     if record is not None:  # the default storage: bring in what the committed record holds
         for label in budget.labels:
-            restore(budget.storage, label, record)
+            restore(budget.storage, label, record, budget.pruner)
     if a.cmd == "status":
         print(_status(budget, a.trials))
         return

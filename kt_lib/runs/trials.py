@@ -56,37 +56,51 @@ def _row(trial) -> dict:
     }
 
 
-def read(path: Path) -> dict[str, list[dict]]:
-    """{label: [trial rows]} of the record at `path` ({} when there is none)."""
+def _doc(path: Path) -> dict:
     if not path.exists():
-        return {}
+        return {"labels": {}}
     try:
-        return json.loads(path.read_text(encoding="utf-8"))["labels"]
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc["labels"].items()
+        return doc
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"{path}: not a trial record ({e}); fix or remove it") from e
 
 
-def save(storage: str, label: str, path: Path) -> int:
-    """Rewrite `label`'s entry of the record at `path` with its ended trials in `storage`; the
-    number of trials written."""
+def read(path: Path, pruner: dict | None = None) -> dict[str, list[dict]]:
+    """{label: [trial rows]} of the record at `path` ({} when there is none). With `pruner`
+    (the budget's settings), a record whose trials another rule pruned is refused: every trial
+    of a budget has the same pruner."""
+    doc = _doc(path)
+    if None not in (pruner, doc.get("pruner")) and doc["pruner"] != pruner:
+        raise ValueError(
+            f"{path}: its trials were pruned with {doc['pruner']}, this budget prunes with "
+            f"{pruner}; move the record (and the storage) aside to search again"
+        )
+    return doc["labels"]
+
+
+def save(storage: str, label: str, path: Path, pruner: dict | None = None) -> int:
+    """Rewrite `label`'s entry of the record at `path` with its ended trials in `storage` (and
+    the budget's `pruner` settings); the number of trials written."""
     study = load(storage, label)
     rows = [] if study is None else [_row(t) for t in study.trials if t.state.is_finished()]
     with locked(path):  # searches of other labels may write their entries meanwhile
-        labels = read(path)
+        labels = read(path, pruner)
         labels[label] = rows
-        doc = {"about": "ended trials per label (kt_lib.runs.trials)", "labels": dict(sorted(
-            labels.items()))}  # fmt: skip
+        doc = {"about": "ended trials per label (kt_lib.runs.trials)", "pruner": pruner,
+               "labels": dict(sorted(labels.items()))}  # fmt: skip
         atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
     return len(rows)
 
 
-def restore(storage: str, label: str, path: Path) -> int:
+def restore(storage: str, label: str, path: Path, pruner: dict | None = None) -> int:
     """Add to `label`'s study in `storage` (created if absent) the trials of the record at
-    `path` that it lacks; the number added."""
+    `path` that it lacks; the number added. `pruner`: as in `read`."""
     import optuna
     from optuna.distributions import json_to_distribution
 
-    rows = read(path).get(label, [])
+    rows = read(path, pruner).get(label, [])
     if not rows:
         return 0
     study = load(storage, label) or optuna.create_study(
