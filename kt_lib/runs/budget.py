@@ -230,6 +230,8 @@ BUDGETS: dict[str, Budget] = {
         "auc",
         _sparsekt_space,
         _sparsekt_fields,
+        startup=5,  # as simakt's (it has not run under any other rule)
+        warmup=5,
     ),
 }
 
