@@ -114,3 +114,5 @@ def test_a_record_of_another_pruner_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"t\.json: its trials were pruned with .* this budget"):
         trials.restore(_storage(tmp_path, "b.db"), "dtransformer", path, SIMAKT.pruner)
     assert trials.restore(_storage(tmp_path, "b.db"), "dtransformer", path, old) == 3
+    trials.save(src, "dtransformer", path)  # a save that names no pruner keeps the recorded one
+    assert json.loads(path.read_text())["pruner"] == old

@@ -88,6 +88,7 @@ def save(storage: str, label: str, path: Path, pruner: dict | None = None) -> in
     with locked(path):  # searches of other labels may write their entries meanwhile
         labels = read(path, pruner)
         labels[label] = rows
+        pruner = pruner if pruner is not None else _doc(path).get("pruner")  # kept if unnamed
         doc = {"about": "ended trials per label (kt_lib.runs.trials)", "pruner": pruner,
                "labels": dict(sorted(labels.items()))}  # fmt: skip
         atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
