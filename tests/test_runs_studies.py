@@ -171,7 +171,7 @@ def test_a_killed_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
     resumed = json.loads((tmp_path / "b.json").read_text())["results"]
     assert len(resumed) == 1 and not resumed[0].get("error")
     # its times count both processes: the killed one's epochs and the resumed one's
-    assert resumed[0]["wall_seconds"] > 1000 and resumed[0]["train_seconds"] > 1000
+    assert resumed[0]["wall_seconds"] > 1000 and resumed[0]["train_seconds"] >= 1000  # 0.1 s
     for key in ("test_auc", "test_acc", "test_rmse", "best_epoch"):
         assert resumed[0][key] == whole[key], key
 

@@ -86,8 +86,7 @@ def test_a_search_records_each_trial_and_a_fresh_clone_resumes_from_the_record(t
 def test_status_and_best_read_the_record_on_a_fresh_clone(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(budget, "ROOT", tmp_path)
     monkeypatch.setattr(budget, "RESULTS", tmp_path / "results")
-    (tmp_path / "runs").mkdir()
-    (tmp_path / "results" / "tuning").mkdir(parents=True)
+    (tmp_path / "results" / "tuning").mkdir(parents=True)  # a fresh clone: no runs/ yet
     _three_trials(_storage(tmp_path, "elsewhere.db"), "dtransformer")
     trials.save(_storage(tmp_path, "elsewhere.db"), "dtransformer", SIMAKT.record)
     budget.main(["status", "simakt"])

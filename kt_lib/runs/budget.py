@@ -416,6 +416,12 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--trials", type=int, default=20, help="trials per label (the record: 20)")
     a = p.parse_args(argv)
     budget = BUDGETS[a.budget]
+    if a.cmd == "search":
+        if a.trials < 1:
+            p.error(f"--trials {a.trials}: must be >= 1")
+        labels = a.labels or list(budget.labels)
+        for label in labels:
+            budget.label_of(label)  # an unknown label fails before any trial
     record = budget.record if getattr(a, "storage", None) is None else None
     if record is not None:  # the default storage: bring in what the committed record holds
         for label in budget.labels:
@@ -424,11 +430,6 @@ def main(argv: list[str] | None = None) -> None:
         print(_status(budget, a.trials))
         return
     if a.cmd == "search":
-        if a.trials < 1:
-            p.error(f"--trials {a.trials}: must be >= 1")
-        labels = a.labels or list(budget.labels)
-        for label in labels:
-            budget.label_of(label)  # an unknown label fails before any trial
         bundle = load_bundle(budget.data_dir(a.data_root), budget.data_format, fold=budget.fold,
                              seed=0)  # fmt: skip
         cfg = TrainConfig.recipe(

@@ -27,9 +27,12 @@ def study_name(label: str) -> str:
 
 
 def load(storage: str, label: str):
-    """`label`'s Optuna study in `storage`, or None before its first trial."""
+    """`label`'s Optuna study in `storage`, or None before its first trial (an SQLite file's
+    folder is made if missing: a fresh clone has no runs/)."""
     import optuna
 
+    if storage.startswith("sqlite:///"):
+        Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     try:
         return optuna.load_study(study_name=study_name(label), storage=storage)
     except KeyError:  # no such study yet
