@@ -422,6 +422,10 @@ def main(argv: list[str] | None = None) -> None:
         labels = a.labels or list(budget.labels)
         for label in labels:
             budget.label_of(label)  # an unknown label fails before any trial
+    if a.cmd == "status":  # a table, not Optuna's log of the storage it rebuilds
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
     record = budget.record if getattr(a, "storage", None) is None else None
     if record is not None:  # the default storage: bring in what the committed record holds
         for label in budget.labels:
