@@ -68,6 +68,22 @@ def close_figures():
 
 
 @pytest.fixture
+def poisoned_buffers(monkeypatch) -> None:
+    """The CPU kernels' uninitialised output and gradient buffers (`new_heads(...,
+    zeros=False)`) come filled with NaN: a part the kernel neither writes nor zeroes then shows
+    in the compared outputs and gradients instead of passing on whatever memory held."""
+    import kt_lib.nn.cpu as cpu_kernels
+
+    plain = cpu_kernels.new_heads
+
+    def poisoned(like, shape, step_major_layout, zeros=True):
+        t = plain(like, shape, step_major_layout, zeros)
+        return t if zeros else t.fill_(float("nan"))
+
+    monkeypatch.setattr(cpu_kernels, "new_heads", poisoned)
+
+
+@pytest.fixture
 def kernel_draws(monkeypatch) -> list[torch.Tensor]:
     """The dropout keep masks the CPU attention kernels draw (one per query block, in block
     order), recorded so that a reference given the same draws can be compared with them."""

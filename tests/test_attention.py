@@ -93,7 +93,7 @@ def test_backend_follows_the_device_and_can_be_forced():
 @pytest.mark.parametrize("backend", FAST)
 @pytest.mark.parametrize("mask_kind", ["none", "causal", "strict", "ragged"])
 @pytest.mark.parametrize("L", [1, 7, 70])
-def test_attend_backends_equal_reference(backend, mask_kind, L):
+def test_attend_backends_equal_reference(backend, mask_kind, L, poisoned_buffers):
     B, H, Dh = 3, 2, 4
     q, k, v = _leaves((B, H, L, Dh), (B, H, L, Dh), (B, H, L, Dh))
     mask = _masks(B, L)[mask_kind]
@@ -108,9 +108,9 @@ def test_attend_backends_equal_reference(backend, mask_kind, L):
         assert (ref.detach()[empty.expand(B, H, L)] == 0).all()
 
 
-@pytest.mark.parametrize("mask_kind", ["none", "strict", "ragged", "long"])
+@pytest.mark.parametrize("mask_kind", ["none", "strict", "ragged", "long", "one-row blocks"])
 def test_cpu_dropout_kernel_equals_reference_with_the_same_draws(
-    mask_kind, monkeypatch, kernel_draws
+    mask_kind, monkeypatch, kernel_draws, poisoned_buffers
 ):
     """The query-blocked, batch-chunked CPU kernel draws one keep mask per query block: record
     them, and the reference with those draws gives the same outputs and gradients."""
@@ -119,13 +119,19 @@ def test_cpu_dropout_kernel_equals_reference_with_the_same_draws(
     if mask_kind == "long":  # several query blocks and several batch chunks per block
         B, L = 5, 150
         monkeypatch.setattr(cpu_kernels, "_chunks", lambda n, per: (2, [(0, 2), (2, 4), (4, 5)]))
+    if mask_kind == "one-row blocks":  # the first block reads no key, the widest is not last
+        monkeypatch.setattr(cpu_kernels, "QUERY_BLOCK", 1)
     q, k, v = _leaves((B, H, L, Dh), (B, H, L, Dh), (B, H, L, Dh))
-    mask = _masks(B, L)["strict" if mask_kind == "long" else mask_kind]
+    strict = mask_kind in ("long", "one-row blocks")
+    mask = _masks(B, L)["strict" if strict else mask_kind]
     with use_backend("cpu"):
         out, _ = attend(q, k, v, mask, dropout=p)
     blocks = [(0, L, L)] if mask is None else cpu_kernels._query_blocks(mask.reshape(-1, L, L))
     if mask_kind == "long":
         assert len(blocks) == 3 and blocks[0][2] < L  # early blocks skip late keys
+    if mask_kind == "one-row blocks":
+        assert blocks[0][2] == 0 and len(blocks) == L
+    blocks = [b for b in blocks if b[2] > 0]  # a block that reads no key draws nothing
     keep = torch.zeros(B, H, L, L, dtype=torch.float64)
     for (l0, l1, s1), drawn in zip(blocks, draws, strict=True):
         keep[:, :, l0:l1, :s1] = drawn
@@ -196,7 +202,7 @@ def test_reference_is_akts_formula(strict):
     "L, chunk_rows, query_block", [(9, None, None), (9, 1, 4), (9, 2, 1), (70, None, 16)]
 )
 def test_monotonic_backends_equal_reference(
-    backend, mask_kind, L, chunk_rows, query_block, monkeypatch
+    backend, mask_kind, L, chunk_rows, query_block, monkeypatch, poisoned_buffers
 ):
     if chunk_rows is not None:  # exercise the batch-chunked path of the CPU kernel
         monkeypatch.setattr(cpu_kernels, "CHUNK_ELEMS", chunk_rows * 4 * L * L)
@@ -219,7 +225,9 @@ def test_monotonic_backends_equal_reference(
 
 
 @pytest.mark.parametrize("backend", FAST)
-def test_monotonic_dropout_equals_reference_with_the_same_draws(backend, monkeypatch, kernel_draws):
+def test_monotonic_dropout_equals_reference_with_the_same_draws(
+    backend, monkeypatch, kernel_draws, poisoned_buffers
+):
     draws = kernel_draws
     monkeypatch.setattr(cpu_kernels, "QUERY_BLOCK", 4)  # cpu: 3 blocks of query rows
     B, H, L, Dh, p = 3, 4, 9, 5, 0.3

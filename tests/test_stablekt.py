@@ -199,7 +199,9 @@ def _pen_reference(q, k, v, slopes, mask, p=0.0, keep=None):
 
 @pytest.mark.parametrize("chunk_rows", [None, 1])
 @pytest.mark.parametrize("mask_kind", ["strict", "ragged", "none"])
-def test_cpu_penumbral_kernel_equals_the_reference(mask_kind, chunk_rows, monkeypatch):
+def test_cpu_penumbral_kernel_equals_the_reference(
+    mask_kind, chunk_rows, monkeypatch, poisoned_buffers
+):
     """kt_lib.nn.penumbral.penumbral_attention (query blocks, batch chunks, recomputed backward)
     against the reference in float64: values and gradients, with ties (a key equal to a query,
     two equal keys), rows that read nothing, and padded keys."""
@@ -235,7 +237,9 @@ def test_cpu_penumbral_kernel_equals_the_reference(mask_kind, chunk_rows, monkey
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-11, msg=name)
 
 
-def test_cpu_penumbral_dropout_equals_the_reference_with_the_same_draws(kernel_draws):
+def test_cpu_penumbral_dropout_equals_the_reference_with_the_same_draws(
+    kernel_draws, poisoned_buffers
+):
     from kt_lib.nn import cpu as cpu_kernels
     from kt_lib.nn import dropout as drop
     from kt_lib.nn.penumbral import penumbral_attention

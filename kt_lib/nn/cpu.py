@@ -79,13 +79,44 @@ def step_major(t: torch.Tensor) -> bool:
     return t.dim() == 4 and t.transpose(1, 2).is_contiguous()
 
 
-def new_heads(like: torch.Tensor, shape, step_major_layout: bool) -> torch.Tensor:
-    """Zeros [B, H, L, D] = `shape` like `like` (dtype, device), in [B, L, H, D] memory when
-    `step_major_layout`, else contiguous."""
+def new_heads(like: torch.Tensor, shape, step_major_layout: bool, zeros: bool = True):
+    """[B, H, L, D] = `shape` like `like` (dtype, device), in [B, L, H, D] memory when
+    `step_major_layout`, else contiguous: zeros, or uninitialised with `zeros=False` (for a
+    buffer the caller writes whole: see `_widest_first`)."""
     B, H, L, D = shape
+    new = like.new_zeros if zeros else like.new_empty
     if step_major_layout:
-        return like.new_zeros(B, L, H, D).transpose(1, 2)
-    return like.new_zeros(B, H, L, D)
+        return new(B, L, H, D).transpose(1, 2)
+    return new(B, H, L, D)
+
+
+def _widest_first(blocks: list[tuple[int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """(index, l0, l1, s1) of the blocks that read keys, the one reading the most first.
+
+    The backward visits them in this order so that its first writes of the key-indexed
+    gradients (keys :s1 of the widest block, every batch row) are assignments: no gradient
+    buffer is zero-filled beforehand, only the parts no block writes are (`_zero_unwritten`).
+    """
+    live = [(i, *b) for i, b in enumerate(blocks) if b[2] > 0]
+    return sorted(live, key=lambda b: -b[3])
+
+
+def _zero_unwritten(blocks, by_query=(), by_key=()) -> None:
+    """Zero what a blocked kernel never writes in its uninitialised [B, H, L|S, .] buffers:
+    in those indexed by query (`by_query`) the rows of blocks that read no key, in those
+    indexed by key (`by_key`) the keys past the widest block's last readable one."""
+    s_max = max((s1 for _, _, s1 in blocks), default=0)
+    for t in by_key:
+        t[:, :, s_max:] = 0
+    for l0, l1, s1 in blocks:
+        if s1 == 0:
+            for t in by_query:
+                t[:, :, l0:l1] = 0
+
+
+def write_grad(dst: torch.Tensor, value: torch.Tensor, first: bool) -> None:
+    """dst = value on the first write of a gradient's part (`_widest_first`), else dst += value."""
+    (dst.copy_ if first else dst.add_)(value)
 
 
 def _chunks(B: int, per_row: int):
@@ -130,7 +161,8 @@ class _MonotonicCore(torch.autograd.Function):
             blocks = [(0, L, S)]
         else:
             blocks = _query_blocks(bias > torch.finfo(q.dtype).min / 4)
-        out = new_heads(qs, (B, H, L, v.shape[-1]), ctx.layout[0])
+        out = new_heads(qs, (B, H, L, v.shape[-1]), ctx.layout[0], zeros=False)
+        _zero_unwritten(blocks, by_query=(out,))
         full_w = q.new_zeros(B, H, L, S) if need_weights else None
         full_u = q.new_zeros(B, H, L, S) if need_weights else None
         keep_grad = any(ctx.needs_input_grad)
@@ -213,12 +245,12 @@ class _MonotonicCore(torch.autograd.Function):
         B, H, L, Dh = qs.shape
         g_out = torch.mul(g_out, has_key, out=g_out.new_empty(g_out.shape))  # contiguous heads
         gq, gk, gv = (
-            new_heads(t, t.shape, sm) for t, sm in zip((qs, k, v), ctx.layout, strict=True)
+            new_heads(t, t.shape, sm, zeros=False)
+            for t, sm in zip((qs, k, v), ctx.layout, strict=True)
         )
+        _zero_unwritten(ctx.blocks, by_query=(gq,), by_key=(gk, gv))
         g_y = torch.zeros(H, dtype=torch.float64, device=qs.device)  # sum of ds * s3 * (-y)
-        for i, (l0, l1, s1) in enumerate(ctx.blocks):
-            if s1 == 0:
-                continue
+        for n_block, (i, l0, l1, s1) in enumerate(_widest_first(ctx.blocks)):
             W, D, AY, P = saved[4 * i : 4 * i + 4]
             shape = W.shape
             rows, chunks = (B, [(0, B)]) if ctx.whole else _chunks(B, H * (l1 - l0) * s1)
@@ -230,7 +262,7 @@ class _MonotonicCore(torch.autograd.Function):
                 torch.bmm(fold_heads(go), fold_heads(vc).mT, out=fold_heads(g))  # d loss / d P
                 wts = W[b0:b1]
                 pw = P[b0:b1] if p > 0 else wts
-                gv[b0:b1, :, :s1] += pw.transpose(-2, -1) @ go
+                write_grad(gv[b0:b1, :, :s1], pw.transpose(-2, -1) @ go, n_block == 0)
                 part = backward_chain(pw, wts, D[b0:b1], AY[b0:b1], g)  # the lines below, in C
                 if part is not None:
                     g_y += part
@@ -242,7 +274,8 @@ class _MonotonicCore(torch.autograd.Function):
                     g_y += w.sum((0, 2, 3), dtype=torch.float64)
                     g.mul_(D[b0:b1])  # d loss / d raw scores
                 gq[b0:b1, :, l0:l1] = g @ kc
-                gk[b0:b1, :, :s1] += g.transpose(-2, -1) @ qs[b0:b1, :, l0:l1]
+                g_k = g.transpose(-2, -1) @ qs[b0:b1, :, l0:l1]
+                write_grad(gk[b0:b1, :, :s1], g_k, n_block == 0)
             POOL.give(*work)
         POOL.give(*saved)
         # s3 = s * exp(-theta dist): d s3 / d theta = -s3 dist = s3 (-y) / theta
@@ -255,12 +288,17 @@ class DotScores:
 
     A scorer has `prepare(*inputs) -> saved` (the tensors its chunks read, kept for backward),
     `scores(saved, where, work) -> [n, H, l, s]` (a chunk's scores, in `work` or a new tensor),
-    `backward(saved, grads, d, where, work)` (adds a chunk's share of the inputs' gradients from
-    d = d loss / d scores; `grads` are zeros in the inputs' shapes and layouts) and
-    `finish(saved, grads) -> grads`; `where` = (b0, b1, l0, l1, s1): batch rows, query steps,
-    readable keys. `backward_work`: whether `backward` needs a chunk-sized scratch tensor."""
+    `backward(saved, grads, d, where, work, first)` (writes a chunk's share of the inputs'
+    gradients from d = d loss / d scores) and `finish(saved, grads) -> grads`; `where` = (b0,
+    b1, l0, l1, s1): batch rows, query steps, readable keys. `grads` are uninitialised buffers
+    in the inputs' shapes and layouts [B, H, L|S, .]: a gradient indexed by query (dim 2 = L)
+    is assigned, each query row belonging to one block; one indexed by key (`by_key`: the
+    inputs' positions) is assigned on the `first` block (the widest, every batch row) and added
+    to after; the kernel zeroes what no block writes. `backward_work`: whether `backward`
+    needs a chunk-sized scratch tensor."""
 
     backward_work = False
+    by_key = (1,)  # k
 
     def prepare(self, q, k):
         return torch.mul(q, q.shape[-1] ** -0.5, out=q.new_empty(q.shape)), k.contiguous()
@@ -272,10 +310,10 @@ class DotScores:
         )
         return work
 
-    def backward(self, saved, grads, d, where, work):
+    def backward(self, saved, grads, d, where, work, first):
         (qs, k), (g_q, g_k), (b0, b1, l0, l1, s1) = saved, grads, where
         g_q[b0:b1, :, l0:l1] = d @ k[b0:b1, :, :s1]
-        g_k[b0:b1, :, :s1] += d.mT @ qs[b0:b1, :, l0:l1]
+        write_grad(g_k[b0:b1, :, :s1], d.mT @ qs[b0:b1, :, l0:l1], first)
 
     def finish(self, saved, grads):
         grads[0].mul_(saved[0].shape[-1] ** -0.5)
@@ -330,7 +368,8 @@ class _ScoredAttention(torch.autograd.Function):
         if extra is not None:
             extra = extra.to(v.dtype)
             extra = extra.reshape((1,) * (4 - extra.dim()) + tuple(extra.shape))
-        out = new_heads(v, (B, H, L, v.shape[-1]), ctx.layout[1][1])
+        out = new_heads(v, (B, H, L, v.shape[-1]), ctx.layout[1][1], zeros=False)
+        _zero_unwritten(blocks, by_query=(out,))
         saved: list[torch.Tensor] = []
         scale = 1.0
         for l0, l1, s1 in blocks:
@@ -380,10 +419,14 @@ class _ScoredAttention(torch.autograd.Function):
         # softmax backward needs sum_j dW_j W_j = sum_j (gs . v_j) keep_j W_j = g . out
         dot = (g * out).sum(-1, keepdim=True)
         gs = torch.mul(g, row_scale, out=g.new_empty(g.shape))  # contiguous heads, scaled
-        g_v, *grads = (new_heads(v, shape, sm) for shape, sm in ctx.layout)
-        for i, (l0, l1, s1) in enumerate(ctx.blocks):
-            if s1 == 0:
-                continue
+        g_v, *grads = (new_heads(v, shape, sm, zeros=False) for shape, sm in ctx.layout)
+        keyed = ctx.scorer.by_key
+        _zero_unwritten(
+            ctx.blocks,
+            by_query=[g for i, g in enumerate(grads) if i not in keyed],
+            by_key=[g_v] + [grads[i] for i in keyed],
+        )
+        for n_block, (i, l0, l1, s1) in enumerate(_widest_first(ctx.blocks)):
             W, P = saved[2 * i : 2 * i + 2]
             rows, chunks = _chunks(v.shape[0], W[0].numel())
             t_buf = POOL.take((rows, *W.shape[1:]), W)
@@ -392,14 +435,14 @@ class _ScoredAttention(torch.autograd.Function):
                 t = t_buf[: b1 - b0]
                 go, vc = gs[b0:b1, :, l0:l1], v[b0:b1, :, :s1]
                 pw = P[b0:b1] if P.numel() else W[b0:b1]  # dropped weights (W: no dropout)
-                g_v[b0:b1, :, :s1] += pw.mT @ go
+                write_grad(g_v[b0:b1, :, :s1], pw.mT @ go, n_block == 0)
                 torch.bmm(
                     fold_heads(go), fold_heads(vc).mT, out=fold_heads(t)
                 )  # d loss / d dropped weights
                 # -> scores: W (keep t - dot) = P t - W dot
                 t.mul_(pw).addcmul_(W[b0:b1], dot[b0:b1, :, l0:l1], value=-1.0)
                 part = None if work is None else work[: b1 - b0]
-                ctx.scorer.backward(saved_in, grads, t, (b0, b1, l0, l1, s1), part)
+                ctx.scorer.backward(saved_in, grads, t, (b0, b1, l0, l1, s1), part, n_block == 0)
             POOL.give(t_buf, work)
         POOL.give(*saved)
         grads = ctx.scorer.finish(saved_in, grads)

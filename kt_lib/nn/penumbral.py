@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .cpu import fold_heads, scored_attention
+from .cpu import fold_heads, scored_attention, write_grad
 from .native import lca as native_lca
 from .reference import PENUMBRAL_EPS, PENUMBRAL_SQ_MIN, penumbral_coords, penumbral_points
 
@@ -122,6 +122,7 @@ class PenumbralScores:
     to u and z."""
 
     backward_work = True  # the distances, recomputed
+    by_key = (1, 3)  # u_k, z_k
 
     def __init__(self, radius: float, scale: float):
         self.radius, self.scale = radius, scale
@@ -144,7 +145,7 @@ class PenumbralScores:
             return delta  # scale * lca, written over delta (penumbral.c)
         return _lca(delta, zq, zk, self.radius)[0].mul_(self.scale)
 
-    def backward(self, saved, grads, d, where, work):
+    def backward(self, saved, grads, d, where, work, first):
         uq, _, uk, _, _, _ = saved
         g_uq, g_uk, g_zq, g_zk = grads
         b0, b1, l0, l1, s1 = where
@@ -159,10 +160,11 @@ class PenumbralScores:
         # delta = sqrt(clamp(sq)): d sq = d delta / (2 delta) where the clamp passes
         d_sq = d_delta.div_(delta).mul_(0.5).masked_fill_(~live, 0.0)
         uqc, ukc = uq[b0:b1, :, l0:l1], uk[b0:b1, :, :s1]
-        g_uq[b0:b1, :, l0:l1] += uqc * d_sq.sum(-1, keepdim=True).mul_(2) - 2 * (d_sq @ ukc)
-        g_uk[b0:b1, :, :s1] += ukc * d_sq.sum(-2).unsqueeze(-1).mul_(2) - 2 * (d_sq.mT @ uqc)
-        g_zq[b0:b1, :, l0:l1] += d_zq
-        g_zk.mT[b0:b1, ..., :s1] += d_zk
+        g_uq[b0:b1, :, l0:l1] = uqc * d_sq.sum(-1, keepdim=True).mul_(2) - 2 * (d_sq @ ukc)
+        g_zq[b0:b1, :, l0:l1] = d_zq
+        d_uk = ukc * d_sq.sum(-2).unsqueeze(-1).mul_(2) - 2 * (d_sq.mT @ uqc)
+        write_grad(g_uk[b0:b1, :, :s1], d_uk, first)
+        write_grad(g_zk[b0:b1, :, :s1], d_zk.mT, first)
 
     def finish(self, saved, grads):
         return grads
