@@ -39,6 +39,7 @@ __all__ = [
     "load_model",
     "load_tensors",
     "refuse_untrusted_code",
+    "remove_checkpoint",
     "save_json",
     "save_model",
     "save_tensors",
@@ -56,6 +57,16 @@ def save_model(path: str | Path, model, meta: dict | None = None, optimizer=None
         config["similarity"] = model.config.similarity_config().to_mapping()  # file can't move it
     info = {"model": model.registry_name, "config": config, **(meta or {})}
     write_pair(path, tensor_bytes(tensors), info)
+
+
+def remove_checkpoint(prefix: str | Path | None) -> None:
+    """Remove the files of an epoch checkpoint prefix (`fit`'s `<prefix>_last.pt`, `_best.json`,
+    `_history.json`, ...); None: nothing."""
+    if prefix is None:
+        return
+    prefix = Path(prefix)
+    for f in prefix.parent.glob(prefix.name + "_*"):
+        f.unlink(missing_ok=True)
 
 
 def load_checkpoint(path: str | Path, map_location="cpu") -> tuple[dict, dict[str, Any]]:

@@ -214,3 +214,26 @@ def locked(path: str | Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def held(path: str | Path) -> Iterator[None]:
+    """`locked`, but refusing to wait: a ValueError names `<path>.lock` when another process
+    holds it (one long job per resource, e.g. one search per budget)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    name = path.with_name(path.name + ".lock")
+    with open(name, "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"{name} is held by another process: one at a time") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

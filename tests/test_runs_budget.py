@@ -153,3 +153,52 @@ def test_the_sparsekt_budget_searches_pykts_own_sweep_and_joins_the_baselines():
     grown = budget.with_tuned_rows(studies.DECLARED["baselines"], variants)
     assert grown.parts[-1].datasets == (("assist2015", "pykt"),)
     assert grown.pairs[-1] == ("sparsekt_topk_tuned", "sparsekt_topk")  # its untuned row
+
+
+class _Killed(BaseException):
+    """A kill mid-trial: Optuna does not catch it, so the trial stays RUNNING (as after SIGKILL)."""
+
+
+def test_a_search_killed_mid_trial_finishes_that_trial_from_its_last_epoch(tmp_path, monkeypatch):
+    from kt_lib.fileio import held
+    from kt_lib.runs import search
+
+    sim = simulate(num_students=30, seq_len=12, num_c=5, seed=4).data
+    bundle = type("B", (), {"train": sim.subset(range(24)), "valid": sim.subset(range(24, 30))})
+    cfg = TrainConfig(epochs=4, patience=10, progress=False)
+    plain, epochs, kill_at = search.run_experiment, [], [2]
+
+    def watched(spec, splits, on_epoch):
+        def seen(epoch, row):
+            on_epoch(epoch, row)
+            epochs.append(epoch)
+            if kill_at and epoch == kill_at[0]:  # after epoch 1's checkpoint, before epoch 2's
+                kill_at.clear()
+                raise _Killed
+
+        return plain(spec, splits, on_epoch=seen)
+
+    monkeypatch.setattr(search, "run_experiment", watched)
+    storage, ckpt = f"sqlite:///{tmp_path / 'b.db'}", tmp_path / "ckpt"
+    args = (SIMAKT, bundle, "dtransformer", 1, cfg, storage)
+    with pytest.raises(_Killed):
+        budget.search_label(*args, preset="tiny", checkpoints=ckpt)
+    (stale,) = optuna.load_study(study_name="budget_dtransformer", storage=storage).trials
+    assert stale.state == optuna.trial.TrialState.RUNNING
+    assert list((ckpt / "dtransformer").glob("trial0-*_last.json"))  # epoch 1's checkpoint
+    with held(ckpt / "dtransformer" / "search"), pytest.raises(ValueError, match="another"):
+        budget.search_label(*args, preset="tiny", checkpoints=ckpt)  # one search at a time
+    epochs.clear()
+    record = tmp_path / "trials.json"
+    study = budget.search_label(*args, preset="tiny", checkpoints=ckpt, record=record)
+    assert epochs == [2, 3]  # resumed after its last checkpointed epoch, not from 0
+    (done,) = study.trials  # the same trial, ended, and no new one
+    assert done.state == optuna.trial.TrialState.COMPLETE and done.params == stale.params
+    assert sorted(done.intermediate_values) == [0, 1, 2, 3]
+    assert not list((ckpt / "dtransformer").glob("trial*"))  # removed once it ended
+    (kept,) = json.loads(record.read_text())["labels"]["dtransformer"]  # recorded as it ended
+    assert kept["state"] == "COMPLETE" and kept["value"] == done.value
+    # the resumed trial scores what an uninterrupted one does (same settings, same draws)
+    whole = budget.search_label(*args[:-1], f"sqlite:///{tmp_path / 'c.db'}", preset="tiny")
+    assert whole.trials[0].params == done.params
+    assert whole.trials[0].value == pytest.approx(done.value, abs=1e-6)

@@ -28,9 +28,11 @@ examples/seedwandb/sparsekt.yaml); `kt budget best sparsekt` adds `sparsekt_topk
 `sparsekt_soft_tuned` rows to the baselines study, paired with the untuned ones.
 
 Trials live in an SQLite storage per budget (one Optuna study per label, runs/, not committed),
-so a search that is killed resumes with the trials it lacks; every ended trial is also written
-to a committed record (results/tuning/<budget>_trials.json, `kt_lib.runs.trials`), from which a
-fresh clone's search resumes. Test students are never read.
+so a search that is killed resumes with the trials it lacks, and the trial it was in from that
+trial's last epoch (an epoch checkpoint per trial under runs/checkpoints/budget/; one search per
+budget at a time); every ended trial is also written to a committed record
+(results/tuning/<budget>_trials.json, `kt_lib.runs.trials`), from which a fresh clone's search
+resumes. Test students are never read.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from ..provenance import ROOT
 from ..train import TrainConfig
 from .search import Dim, _optimise, ordinal_space, preset_space, simakt_overrides, small_space
 from .spec import RunSpec
-from .study import DATA_ROOT, PREPARED, RESULTS, Part, Study
+from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study
 from .trials import load as _load
 from .trials import restore, save, study_name, summary
 
@@ -253,13 +255,17 @@ def search_label(
     seed: int = 0,
     progress: bool = False,
     record: Path | None = None,
+    checkpoints: Path | None = None,
 ):
     """Run `label`'s trials until `n_trials` have ended in `storage` (default the budget's; a
     resumed search adds only the missing ones) at `preset` (default the budget's); the Optuna
     study, named budget_<label>. A resumed search seeds its sampler with `seed` plus the trials
     already ended, so it draws new settings rather than replaying the first ones. With
     `record` (a trial record, `kt_lib.runs.trials`), the storage first gains the recorded
-    trials it lacks, and each ended trial is written back to the record."""
+    trials it lacks, and each ended trial is written back to the record. With `checkpoints` (a
+    folder; the CLI's is runs/checkpoints/budget/<budget>) every trial keeps an epoch
+    checkpoint under `<checkpoints>/<label>`, and a search killed mid-trial resumes that trial
+    from its last epoch (`search._optimise`)."""
     import optuna
 
     model, _ = budget.label_of(label)
@@ -285,7 +291,8 @@ def search_label(
     pruner = optuna.pruners.MedianPruner(n_startup_trials=budget.startup,
                                          n_warmup_steps=budget.warmup)  # fmt: skip
     return _optimise(make_spec, bundle, space, budget.metric, left, storage, study_name(label),
-                     seed + ended, 1, pruner, None, progress, callbacks=keep)  # fmt: skip
+                     seed + ended, 1, pruner, None, progress, callbacks=keep,
+                     checkpoints=checkpoints and Path(checkpoints) / label)  # fmt: skip
 
 
 def best_configs(budget: Budget, storage: str | None = None) -> dict:
@@ -442,7 +449,8 @@ def main(argv: list[str] | None = None) -> None:
         )  # fmt: skip
         storage = a.storage or budget.storage
         for label in labels:
-            study = search_label(budget, bundle, label, a.trials, cfg, storage, record=record)
+            study = search_label(budget, bundle, label, a.trials, cfg, storage, record=record,
+                                 checkpoints=CHECKPOINTS / "budget" / budget.name)  # fmt: skip
             states = [t.state.name.lower() for t in study.trials if t.state.is_finished()]
             counts = ", ".join(f"{states.count(x)} {x}" for x in sorted(set(states)))
             print(f"{label}: {len(states)} trials ended ({counts})", flush=True)

@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from ..checkpoint import remove_checkpoint
 from ..data.dataset import chunk, collate
 from ..models import build_model
 from ..provenance import run_commit
@@ -100,7 +101,7 @@ def run_plan(
         if run.key not in done:
             todo.append((len(rows) - 1, _with_checkpoint(run, checkpoint_dir)))
         elif checkpoint_dir is not None:  # finished elsewhere (a GPU lease): a stale epoch
-            _drop_checkpoint(_with_checkpoint(run, checkpoint_dir).spec.train.checkpoint)
+            remove_checkpoint(_with_checkpoint(run, checkpoint_dir).spec.train.checkpoint)
     commit = run_commit() if todo else None
     outcomes = execute(
         [run.spec for _, run in todo],
@@ -142,15 +143,8 @@ def run_plan(
         if path is not None:
             add_runs(path, [rows[index]])
         if out.ok and spec.train.checkpoint:  # the row is safe: its checkpoint can go
-            _drop_checkpoint(spec.train.checkpoint)
+            remove_checkpoint(spec.train.checkpoint)
     return pd.DataFrame(rows)
-
-
-def _drop_checkpoint(prefix: str) -> None:
-    """Remove a finished run's epoch checkpoint files (`prefix` + `_last.pt`, ...)."""
-    prefix = Path(prefix)
-    for f in prefix.parent.glob(prefix.name + "_*"):
-        f.unlink(missing_ok=True)
 
 
 def checkpoint_name(run_key: str) -> str:

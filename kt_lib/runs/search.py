@@ -21,11 +21,18 @@ Optuna samples, prunes and stores; this module only states the space and the obj
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
+import warnings
+from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
+from ..checkpoint import remove_checkpoint
+from ..fileio import held
 from ..heads.inter.trajectory import SEED_MEMORY_SIZE
 from ..heads.simakt_config import load_simakt_config
 from ..models import MODELS
@@ -124,10 +131,14 @@ def _optimise(
     timeout: float | None,
     progress: bool,
     callbacks=(),
+    checkpoints: Path | None = None,
 ):
     """An Optuna study maximising the validation `metric` of `make_spec(settings)`'s run on
     `bundle` (train/valid; test is not read), reported per epoch to the pruner; `callbacks`
-    (study, trial) after each ended trial."""
+    (study, trial) after each ended trial. With `checkpoints` (a folder, and a storage), each
+    trial keeps an epoch checkpoint there (`_trial_prefix`, removed when it ends) and the
+    trials a killed search left running are finished first, from their last epoch, with their
+    own settings (`_finish_stale`); one search at a time holds the folder."""
     import optuna
 
     def objective(trial) -> float:
@@ -138,9 +149,18 @@ def _optimise(
             if trial.should_prune():
                 raise optuna.TrialPruned()
 
-        res = run_experiment(
-            make_spec(settings), Splits(bundle.train, bundle.valid, None), on_epoch=report
-        )
+        spec = make_spec(settings)
+        prefix = None if checkpoints is None else _trial_prefix(checkpoints, trial, settings)
+        if prefix is not None:
+            spec = dataclasses.replace(
+                spec, train=dataclasses.replace(spec.train, checkpoint=prefix, resume=True)
+            )
+        try:
+            res = run_experiment(spec, Splits(bundle.train, bundle.valid, None), on_epoch=report)
+        except (optuna.TrialPruned, ValueError):  # the trial ends (not a kill: that resumes)
+            remove_checkpoint(prefix)
+            raise
+        remove_checkpoint(prefix)
         trial.set_user_attr("best_epoch", res.best_epoch)
         return res.valid.get(metric, math.nan)
 
@@ -152,16 +172,57 @@ def _optimise(
         sampler=optuna.samplers.TPESampler(seed=seed),
         pruner=pruner or optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1),
     )
-    study.optimize(  # a trial whose settings a model cannot take fails alone (state FAIL)
-        objective,
-        n_trials=n_trials,
-        n_jobs=n_jobs,
-        timeout=timeout,
-        show_progress_bar=progress,
-        catch=(ValueError,),
-        callbacks=list(callbacks),
-    )
+    with ExitStack() as stack:
+        if checkpoints is not None and storage is not None:
+            stack.enter_context(held(Path(checkpoints) / "search"))
+            n_trials -= _finish_stale(study, objective, callbacks)
+        study.optimize(  # a trial whose settings a model cannot take fails alone (state FAIL)
+            objective,
+            n_trials=max(0, n_trials),
+            n_jobs=n_jobs,
+            timeout=timeout,
+            show_progress_bar=progress,
+            catch=(ValueError,),
+            callbacks=list(callbacks),
+        )
     return study
+
+
+def _trial_prefix(folder, trial, settings: dict) -> str:
+    """A trial's epoch checkpoint prefix: its number and a digest of its study and settings (a
+    checkpoint another storage's trial of the same number left is never resumed as this one)."""
+    key = json.dumps([trial.study.study_name, settings], sort_keys=True, default=str)
+    return str(Path(folder) / f"trial{trial.number}-{hashlib.sha1(key.encode()).hexdigest()[:12]}")
+
+
+def _finish_stale(study, objective, callbacks=()) -> int:
+    """Run to their end the trials of `study` left RUNNING by a killed search (its storage keeps
+    their settings and the epochs they reported; `objective` resumes them from their epoch
+    checkpoint, or from epoch 0 without one) and tell Optuna how each ended, as
+    `study.optimize` would; `callbacks` after each. Returns how many it finished."""
+    import optuna
+    from optuna.trial import TrialState
+
+    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for frozen in stale:
+        # Optuna's own handle on an existing trial: its suggest_* return the stored settings
+        trial = optuna.trial.Trial(study, frozen._trial_id)
+        try:
+            with warnings.catch_warnings():  # an epoch reported before the kill comes again
+                warnings.filterwarnings("ignore", "The reported value is ignored")
+                value = objective(trial)
+        except optuna.TrialPruned:
+            study.tell(trial, state=TrialState.PRUNED)
+        except ValueError:
+            study.tell(trial, state=TrialState.FAIL)
+        else:
+            if math.isnan(value):
+                study.tell(trial, state=TrialState.FAIL)
+            else:
+                study.tell(trial, value)
+        for callback in callbacks:
+            callback(study, study.get_trials(deepcopy=False)[frozen.number])
+    return len(stale)
 
 
 def run_study(
