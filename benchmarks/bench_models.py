@@ -263,9 +263,11 @@ def run_subprocess(script: str, name: str, argv: list[str]) -> dict:
     out = subprocess.run(
         [sys.executable, script, "--one", name, *argv], capture_output=True, text=True
     )
-    if out.returncode:
-        lines = out.stderr.strip().splitlines() or [f"exit status {out.returncode}"]
-        return {"model": name, "error": lines[-1]}
+    if out.returncode:  # the profiler's own log lines (USDT:...) are not the error
+        lines = [x for x in out.stderr.strip().splitlines() if not x.startswith("USDT:")]
+        code = out.returncode
+        status = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+        return {"model": name, "error": f"{status}: {lines[-1]}" if lines else status}
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

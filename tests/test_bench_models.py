@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_models import NUM_PID, bench_one, bench_seed_sakt  # noqa: E402
+from bench_models import NUM_PID, bench_one, bench_seed_sakt, run_subprocess  # noqa: E402
 
 
 def test_a_model_that_needs_problem_ids_is_timed_with_them():
@@ -99,3 +99,16 @@ def test_matmul_share_counts_the_matrix_products_and_nothing_else():
     elementwise = count_per_step(lambda: [(a * a).exp_() for _ in range(4)], "cpu")
     assert products["matmul_share"] > 0.9
     assert elementwise["matmul_share"] == 0
+
+
+def test_a_failed_model_process_names_its_error_not_the_profilers_log(tmp_path):
+    script = tmp_path / "fails.py"  # what a dying per-model process leaves on stderr
+    script.write_text(
+        "import sys\n"
+        "print('MemoryError: the real cause', file=sys.stderr)\n"
+        "print('USDT:2026-11-27 23:23:32 SyncActivityProfilerHandler.cpp:59] profiler_stop',"
+        " file=sys.stderr)\n"
+        "sys.exit(3)\n"
+    )
+    res = run_subprocess(str(script), "extrakt", [])
+    assert res == {"model": "extrakt", "error": "exit status 3: MemoryError: the real cause"}
