@@ -115,3 +115,18 @@ def test_a_record_of_another_pruner_is_refused(tmp_path):
     assert trials.restore(_storage(tmp_path, "b.db"), "dtransformer", path, old) == 3
     trials.save(src, "dtransformer", path)  # a save that names no pruner keeps the recorded one
     assert json.loads(path.read_text())["pruner"] == old
+
+
+def test_a_running_trial_is_shown_and_never_recorded(tmp_path):
+    """A trial in flight (or left RUNNING by a killed search, which resumes it) is named with the
+    last epoch it reported, and stays out of the record until it ends."""
+    storage, path = _storage(tmp_path, "a.db"), tmp_path / "t.json"
+    _three_trials(storage, "dtransformer")
+    trial = trials.load(storage, "dtransformer").ask()
+    trial.report(0.6, 0)
+    trial.report(0.62, 1)
+    assert trials.summary(storage, "dtransformer", 20)["running"] == [(3, 1)]
+    assert trials.save(storage, "dtransformer", path) == 3  # the ended ones only
+    assert "trial 3 running (epoch 1 reported)" in trials.status_line(
+        trials.summary(storage, "dtransformer", 20)
+    )

@@ -55,7 +55,7 @@ from .search import Dim, _optimise, ordinal_space, preset_space, simakt_override
 from .spec import RunSpec
 from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study
 from .trials import load as _load
-from .trials import restore, save, study_name, summary
+from .trials import restore, save, status_table, study_name, summary
 
 EPOCHS, PATIENCE = 30, 5  # the studies' recipe: every trial and every tuned row
 # DTransformer's settings every SimAKT label searches (the paper preset: lr 1e-3, dropout 0.2,
@@ -477,19 +477,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def _status(budget: Budget, target: int) -> str:
     rows = [summary(budget.storage, label, target) for label in budget.labels]
-    lines = [
-        f"{budget.name}: {sum(r['ended'] for r in rows)} of {target * len(rows)} trials "
-        f"ended (record: {budget.record.relative_to(ROOT)})",
-        f"{'label':<24} {'ended':>7} {'best':>7} {'min/trial':>9} {'h left':>7}  states",
-    ]
-    for r in rows:
-        best = "-" if r["best"] is None else f"{r['best']:.4f}"
-        per = "-" if r["min_per_trial"] is None else f"{r['min_per_trial']:.1f}"
-        left = "?" if r["hours_left"] is None else f"{r['hours_left']:.1f}"
-        states = ", ".join(f"{n} {s}" for s, n in r["states"].items())
-        lines.append(f"{r['label']:<24} {r['ended']:>3}/{target:<3} {best:>7} {per:>9} "
-                     f"{left:>7}  {states}")  # fmt: skip
-    return "\n".join(lines)
+    return status_table(budget.name, budget.record.relative_to(ROOT), rows)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ the median pruner compares against), when it ran, and its origin (`<number>@<sta
 trial as first run). `save` rewrites a label's entry after each ended trial (atomically, under
 a file lock: searches of several labels may run at once);
 `restore` adds to a storage the recorded trials it lacks (matched by origin), so a fresh clone
-resumes a search, and `kt budget best` works, from the record alone.
+resumes a search, and `kt budget best` works, from the record alone. A trial still running (or
+left running by a killed search, which finishes it from its epoch checkpoint:
+`search._optimise`) is not recorded until it ends; `summary` and `status_table` (`kt budget
+status`) name it with the last epoch it reported.
 """
 
 from __future__ import annotations
@@ -134,9 +137,11 @@ def restore(storage: str, label: str, path: Path, pruner: dict | None = None) ->
 
 def summary(storage: str, label: str, target: int) -> dict:
     """How far `label`'s search is: trials ended (by state) of `target`, the best value so far,
-    the median minutes a trial took (ended ones) and the hours left at that pace."""
+    the median minutes a trial took (ended ones), the hours left at that pace, and the trials
+    running or left running by a killed search (number, last epoch reported or None)."""
     study = load(storage, label)
     ended = [] if study is None else [t for t in study.trials if t.state.is_finished()]
+    running = [] if study is None else [t for t in study.trials if t.state.name == "RUNNING"]
     states = [t.state.name.lower() for t in ended]
     minutes = sorted(
         (t.datetime_complete - t.datetime_start).total_seconds() / 60
@@ -154,4 +159,29 @@ def summary(storage: str, label: str, target: int) -> dict:
         "best": max(done) if done else None,
         "min_per_trial": per,
         "hours_left": None if per is None else left * per / 60,
+        "running": [(t.number, max(t.intermediate_values, default=None)) for t in running],
     }
+
+
+def status_table(name: str, record, rows: list[dict]) -> str:
+    """`kt budget status`: a budget's labels' `summary` rows as a table."""
+    target = rows[0]["target"] if rows else 0
+    head = [
+        f"{name}: {sum(r['ended'] for r in rows)} of {target * len(rows)} trials ended "
+        f"(record: {record})",
+        f"{'label':<24} {'ended':>7} {'best':>7} {'min/trial':>9} {'h left':>7}  states",
+    ]
+    return "\n".join(head + [status_line(r) for r in rows])
+
+
+def status_line(r: dict) -> str:
+    """One label's line of `status_table` from its `summary`."""
+    best = "-" if r["best"] is None else f"{r['best']:.4f}"
+    per = "-" if r["min_per_trial"] is None else f"{r['min_per_trial']:.1f}"
+    left = "?" if r["hours_left"] is None else f"{r['hours_left']:.1f}"
+    states = ", ".join([f"{n} {s}" for s, n in r["states"].items()] + [
+        f"trial {n} running (epoch {e} reported)" if e is not None else f"trial {n} running"
+        for n, e in r["running"]
+    ])  # fmt: skip
+    return (f"{r['label']:<24} {r['ended']:>3}/{r['target']:<3} {best:>7} {per:>9} "
+            f"{left:>7}  {states}")  # fmt: skip
