@@ -219,7 +219,7 @@ def locked(path: str | Path) -> Iterator[None]:
 @contextlib.contextmanager
 def held(path: str | Path) -> Iterator[None]:
     """`locked`, but refusing to wait: a ValueError names `<path>.lock` when another process
-    holds it (one long job per resource, e.g. one search per budget)."""
+    holds it (one long job per resource, e.g. one search of a label)."""
     try:
         import fcntl
     except ImportError:

@@ -30,7 +30,7 @@ examples/seedwandb/sparsekt.yaml); `kt budget best sparsekt` adds `sparsekt_topk
 Trials live in an SQLite storage per budget (one Optuna study per label, runs/, not committed),
 so a search that is killed resumes with the trials it lacks, and the trial it was in from that
 trial's last epoch (an epoch checkpoint per trial under runs/checkpoints/budget/; one search per
-budget at a time); every ended trial is also written to a committed record
+label at a time); every ended trial is also written to a committed record
 (results/tuning/<budget>_trials.json, `kt_lib.runs.trials`), from which a fresh clone's search
 resumes. Test students are never read.
 """

@@ -138,7 +138,7 @@ def _optimise(
     (study, trial) after each ended trial. With `checkpoints` (a folder, and a storage), each
     trial keeps an epoch checkpoint there (`_trial_prefix`, removed when it ends) and the
     trials a killed search left running are finished first, from their last epoch, with their
-    own settings (`_finish_stale`); one search at a time holds the folder."""
+    own settings (`_finish_stale`); one search at a time holds the folder (a lock)."""
     import optuna
 
     def objective(trial) -> float:
