@@ -4,7 +4,7 @@ cap, patience and number of trials, on the validation students of one split; the
 configuration of each then trains as a labelled variant (`<label>_tuned`, its learning rate
 included) in a study of record, paired.
 
-    kt budget search simakt [--trials 20] [--labels dtransformer ...] [--device cuda]
+    kt budget search simakt [--trials 20] [--labels dtransformer ...] [--device cuda] [--workers N]
     kt budget best simakt              # results/tuning/simakt.json -> the simakt_tuned study
     kt budget search ordinal           # seed 002's phase 2 on OULAD K = 5
     kt budget best ordinal             # results/tuning/ordinal.json -> ordinal_oulad's _tuned rows
@@ -51,6 +51,8 @@ from ..fileio import atomic_write_text
 from ..heads.simakt_config import load_simakt_config
 from ..provenance import ROOT
 from ..train import TrainConfig
+from .execute import exit_with_parent
+from .labels import search_side_by_side
 from .search import Dim, _optimise, ordinal_space, preset_space, simakt_overrides, small_space
 from .spec import RunSpec
 from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study
@@ -414,6 +416,13 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--data-root", default=str(DATA_ROOT))
     s.add_argument("--device", default="cpu")
     s.add_argument("--storage", default=None, help="Optuna storage (default the budget's)")
+    s.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="labels searched side by side, one process each (kt_lib.runs.labels)",
+    )
+    s.add_argument("--parent", type=int, default=None, help=argparse.SUPPRESS)  # fmt: skip
     b = sub.add_parser("best", help="write each label's best configuration")
     b.add_argument("budget", choices=sorted(BUDGETS))
     b.add_argument("--storage", default=None)
@@ -424,22 +433,28 @@ def main(argv: list[str] | None = None) -> None:
     a = p.parse_args(argv)
     budget = BUDGETS[a.budget]
     if a.cmd == "search":
-        if a.trials < 1:
-            p.error(f"--trials {a.trials}: must be >= 1")
+        if a.trials < 1 or a.workers < 1:
+            p.error(f"--trials {a.trials} --workers {a.workers}: each must be >= 1")
         labels = a.labels or list(budget.labels)
         for label in labels:
             budget.label_of(label)  # an unknown label fails before any trial
+        if a.parent is not None:  # a child of `--workers`: it ends with its parent
+            exit_with_parent(a.parent)
     if a.cmd == "status":  # a table, not Optuna's log of the storage it rebuilds
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     record = budget.record if getattr(a, "storage", None) is None else None
     if record is not None:  # the default storage: bring in what the committed record holds
-        for label in budget.labels:
+        for label in labels if a.cmd == "search" else budget.labels:  # a child: its own only
             restore(budget.storage, label, record, budget.pruner)
     if a.cmd == "status":
         print(_status(budget, a.trials))
         return
+    if a.cmd == "search" and a.workers > 1 and len(labels) > 1:
+        options = ["--trials", str(a.trials), "--data-root", a.data_root, "--device", a.device]
+        storage = ["--storage", a.storage] if a.storage else []
+        return search_side_by_side(budget.name, labels, options + storage, a.workers)
     if a.cmd == "search":
         bundle = load_bundle(budget.data_dir(a.data_root), budget.data_format, fold=budget.fold,
                              seed=0)  # fmt: skip

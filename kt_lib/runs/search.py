@@ -40,6 +40,7 @@ from ..train import TrainConfig
 from .ablations import simakt_similarity
 from .experiment import Splits, run_experiment
 from .spec import DEFAULT_PRESET, RunSpec
+from .trials import opened
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,7 @@ def _optimise(
 
     study = optuna.create_study(
         study_name=study_name,
-        storage=storage,
+        storage=opened(storage),
         load_if_exists=storage is not None,
         direction="maximize",
         sampler=optuna.samplers.TPESampler(seed=seed),

@@ -29,15 +29,30 @@ def study_name(label: str) -> str:
     return f"budget_{label}"
 
 
-def load(storage: str, label: str):
-    """`label`'s Optuna study in `storage`, or None before its first trial (an SQLite file's
-    folder is made if missing: a fresh clone has no runs/)."""
+SQLITE_WAIT = 60.0  # seconds a writer waits for the file's lock (labels searched side by side)
+
+
+def opened(storage):
+    """An Optuna storage for a URL: an SQLite file's folder is made if missing (a fresh clone
+    has no runs/) and its writers wait up to SQLITE_WAIT seconds for each other (sqlite's own
+    default is 5 s) instead of failing with "database is locked"; other URLs and storage
+    objects pass through."""
     import optuna
 
-    if storage.startswith("sqlite:///"):
-        Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    if not isinstance(storage, str) or not storage.startswith("sqlite:///"):
+        return storage
+    Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return optuna.storages.RDBStorage(
+        storage, engine_kwargs={"connect_args": {"timeout": SQLITE_WAIT}}
+    )
+
+
+def load(storage: str, label: str):
+    """`label`'s Optuna study in `storage`, or None before its first trial."""
+    import optuna
+
     try:
-        return optuna.load_study(study_name=study_name(label), storage=storage)
+        return optuna.load_study(study_name=study_name(label), storage=opened(storage))
     except KeyError:  # no such study yet
         return None
 
@@ -111,7 +126,7 @@ def restore(storage: str, label: str, path: Path, pruner: dict | None = None) ->
     if not rows:
         return 0
     study = load(storage, label) or optuna.create_study(
-        study_name=study_name(label), storage=storage, direction="maximize"
+        study_name=study_name(label), storage=opened(storage), direction="maximize"
     )
     have = {origin(t) for t in study.trials}
     added = 0

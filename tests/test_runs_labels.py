@@ -1,0 +1,90 @@
+"""kt_lib.runs.labels: a budget's labels searched side by side, one process each. At most
+`workers` run at once, each writes its own log, a failure is reported while the others finish;
+and two labels searching the same SQLite storage at once both land every trial (and the
+committed record both labels)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kt_lib.runs import budget
+from kt_lib.runs.labels import run_side_by_side
+
+
+def _sleeper(seconds: float, code: int = 0) -> list[str]:
+    return [sys.executable, "-c", "import time, sys; print('start', time.time(), flush=True); "
+            f"time.sleep({seconds}); print('end', time.time()); sys.exit({code})"]  # fmt: skip
+
+
+def test_at_most_workers_run_at_once_each_logs_and_a_failure_does_not_stop_the_rest(tmp_path):
+    commands = {"a": _sleeper(0.6), "b": _sleeper(0.6, code=3), "c": _sleeper(0.1)}
+    t0 = time.time()
+    status = run_side_by_side(commands, workers=2, logs=tmp_path, poll=0.05)
+    assert status == {"a": 0, "b": 3, "c": 0}
+    spans = {}
+    for label in commands:
+        lines = (tmp_path / f"{label}.log").read_text().split()
+        spans[label] = (float(lines[1]), float(lines[3]))
+    starts = sorted(s for s, _ in spans.values())
+    assert starts[1] - t0 < 0.5  # the first two at once
+    assert spans["c"][0] >= min(e for label, (_, e) in spans.items() if label != "c") - 0.01
+
+
+def test_the_cli_refuses_zero_workers(capsys):
+    with pytest.raises(SystemExit) as exc:
+        budget.main(["search", "simakt", "--workers", "0"])
+    assert exc.value.code == 2 and "--workers 0" in capsys.readouterr().err
+
+
+CHILD = """
+import sys
+from kt_lib.data.synthetic import simulate
+from kt_lib.runs import budget
+from kt_lib.train import TrainConfig
+label, storage, record, ckpt = sys.argv[1:5]
+sim = simulate(num_students=30, seq_len=12, num_c=5, seed=4).data
+bundle = type("B", (), {"train": sim.subset(range(24)), "valid": sim.subset(range(24, 30))})
+budget.search_label(budget.BUDGETS["simakt"], bundle, label, 3, TrainConfig(epochs=2,
+    progress=False), storage, preset="tiny", record=__import__("pathlib").Path(record),
+    checkpoints=ckpt)
+"""
+
+
+def test_two_labels_search_one_sqlite_storage_at_once(tmp_path):
+    storage, record = f"sqlite:///{tmp_path / 'budget.db'}", tmp_path / "trials.json"
+    labels = ("dtransformer", "simakt_knn_only")
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, label, storage, str(record),
+                               str(tmp_path / "ckpt" / label)], stderr=subprocess.PIPE, text=True)
+             for label in labels]  # fmt: skip
+    errors = [p.communicate()[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    assert all("database is locked" not in e for e in errors)
+    for label in labels:
+        assert budget.finished_trials(storage, label) == 3
+    kept = json.loads(record.read_text())["labels"]
+    assert {label: len(kept[label]) for label in labels} == dict.fromkeys(labels, 3)
+
+
+def test_the_cli_runs_each_label_as_a_child_that_ends_with_it(tmp_path, monkeypatch, capsys):
+    from kt_lib.runs import labels as side
+
+    argv = side.child_argv("simakt", "dtransformer", ["--trials", "3"])
+    assert argv[-6:-2] == ["--labels", "dtransformer", "--trials", "3"]
+    assert argv[-2:] == ["--parent", str(__import__("os").getpid())]
+    seen = []
+    monkeypatch.setattr(side, "LOGS", tmp_path)
+    monkeypatch.setattr(side, "child_argv", lambda b, label, o: seen.append((label, o))
+                        or _sleeper(0.0, code=2 if label == "simakt_pwd" else 0))  # fmt: skip
+    monkeypatch.setattr(budget, "restore", lambda *a, **k: 0)  # no storage touched here
+    with pytest.raises(SystemExit, match=r"\['simakt_pwd'\] failed"):
+        budget.main(["search", "simakt", "--labels", "dtransformer", "simakt_pwd", "--workers",
+                     "2", "--trials", "3", "--storage", "sqlite:///x.db"])  # fmt: skip
+    assert [label for label, _ in seen] == ["dtransformer", "simakt_pwd"]
+    assert seen[0][1][-2:] == ["--storage", "sqlite:///x.db"]
+    assert (tmp_path / "budget_simakt" / "simakt_pwd.log").exists()
+    assert "simakt_pwd: failed (2)" in capsys.readouterr().out
