@@ -214,7 +214,8 @@ def _finish_stale(study, objective, callbacks=()) -> int:
                 value = objective(trial)
         except optuna.TrialPruned:
             study.tell(trial, state=TrialState.PRUNED)
-        except ValueError:
+        except ValueError as e:  # as `optimize(catch=(ValueError,))`: this trial fails alone
+            warnings.warn(f"trial {frozen.number} failed: {e}", stacklevel=2)
             study.tell(trial, state=TrialState.FAIL)
         else:
             if math.isnan(value):
