@@ -194,6 +194,7 @@ def test_a_search_killed_mid_trial_finishes_that_trial_from_its_last_epoch(tmp_p
     assert epochs == [2, 3]  # resumed after its last checkpointed epoch, not from 0
     (done,) = study.trials  # the same trial, ended, and no new one
     assert done.state == optuna.trial.TrialState.COMPLETE and done.params == stale.params
+    assert done.user_attrs["device"]  # which machine's numbers these are (a search may mix)
     assert sorted(done.intermediate_values) == [0, 1, 2, 3]
     assert not list((ckpt / "dtransformer").glob("trial*"))  # removed once it ended
     (kept,) = json.loads(record.read_text())["labels"]["dtransformer"]  # recorded as it ended

@@ -130,3 +130,19 @@ def test_a_running_trial_is_shown_and_never_recorded(tmp_path):
     assert "trial 3 running (epoch 1 reported)" in trials.status_line(
         trials.summary(storage, "dtransformer", 20)
     )
+
+
+def test_a_label_whose_trials_ran_on_two_devices_is_flagged(tmp_path):
+    storage = _storage(tmp_path, "a.db")
+    study = optuna.create_study(study_name=trials.study_name("dtransformer"), storage=storage,
+                                direction="maximize")  # fmt: skip
+    lr = {"lr": optuna.distributions.FloatDistribution(1e-4, 3e-3, log=True)}
+    for device, value in (("AMD EPYC", 0.70), ("AMD EPYC", 0.71)):
+        study.add_trial(optuna.trial.create_trial(value=value, params={"lr": 1e-3},
+                        distributions=lr, user_attrs={"device": device}))  # fmt: skip
+    row = trials.summary(storage, "dtransformer", 20)
+    assert row["devices"] == ["AMD EPYC"] and "MIXED" not in trials.status_line(row)
+    study.add_trial(optuna.trial.create_trial(value=0.72, params={"lr": 1e-3}, distributions=lr,
+                                              user_attrs={"device": "NVIDIA H100"}))  # fmt: skip
+    line = trials.status_line(trials.summary(storage, "dtransformer", 20))
+    assert "devices MIXED: AMD EPYC | NVIDIA H100" in line

@@ -56,8 +56,8 @@ from .labels import search_side_by_side
 from .search import Dim, _optimise, ordinal_space, preset_space, simakt_overrides, small_space
 from .spec import RunSpec
 from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study
+from .trials import devices, restore, save, status_table, study_name, summary
 from .trials import load as _load
-from .trials import restore, save, status_table, study_name, summary
 
 EPOCHS, PATIENCE = 30, 5  # the studies' recipe: every trial and every tuned row
 # DTransformer's settings every SimAKT label searches (the paper preset: lr 1e-3, dropout 0.2,
@@ -275,9 +275,8 @@ def search_label(
     if record is not None:
         restore(storage, label, record, budget.pruner)
     preset = preset or budget.preset
-    cfg = train_config or TrainConfig.recipe(
-        "workbook", epochs=EPOCHS, patience=PATIENCE, progress=False
-    )
+    cfg = train_config or TrainConfig.recipe("workbook", epochs=EPOCHS, patience=PATIENCE,
+                                             progress=False)  # fmt: skip
     ended = finished_trials(storage, label)
     left = max(0, n_trials - ended)
 
@@ -287,9 +286,7 @@ def search_label(
         return RunSpec(model, preset, fields, seed=seed, label=label, train=train)
 
     space = budget.space(label, len(bundle.train))
-    keep = (
-        [] if record is None else [lambda study, trial: save(storage, label, record, budget.pruner)]
-    )
+    keep = [lambda study, trial: save(storage, label, record, budget.pruner)] if record else []
     pruner = optuna.pruners.MedianPruner(n_startup_trials=budget.startup,
                                          n_warmup_steps=budget.warmup)  # fmt: skip
     return _optimise(make_spec, bundle, space, budget.metric, left, storage, study_name(label),
@@ -306,7 +303,8 @@ def best_configs(budget: Budget, storage: str | None = None) -> dict:
         study = _load(storage or budget.storage, label)
         if study is None:
             continue
-        states = [t.state.name.lower() for t in study.trials if t.state.is_finished()]
+        ended = [t for t in study.trials if t.state.is_finished()]
+        states = [t.state.name.lower() for t in ended]
         if "complete" not in states:
             continue
         best = study.best_trial
@@ -321,6 +319,7 @@ def best_configs(budget: Budget, storage: str | None = None) -> dict:
             f"best_valid_{budget.metric}": best.value,
             "best_trial": best.number,
             "trials": {s: states.count(s) for s in sorted(set(states))},
+            "devices": devices(ended),
         }
     return out
 

@@ -36,6 +36,7 @@ from ..fileio import held
 from ..heads.inter.trajectory import SEED_MEMORY_SIZE
 from ..heads.simakt_config import load_simakt_config
 from ..models import MODELS
+from ..provenance import device_name
 from ..train import TrainConfig
 from .ablations import simakt_similarity
 from .experiment import Splits, run_experiment
@@ -163,6 +164,7 @@ def _optimise(
             raise
         remove_checkpoint(prefix)
         trial.set_user_attr("best_epoch", res.best_epoch)
+        trial.set_user_attr("device", device_name(spec.train.device))  # trials may mix devices
         return res.valid.get(metric, math.nan)
 
     study = optuna.create_study(

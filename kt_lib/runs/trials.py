@@ -150,6 +150,12 @@ def restore(storage: str, label: str, path: Path, pruner: dict | None = None) ->
     return added
 
 
+def devices(trials) -> list[str]:
+    """The machines `trials` ran on (their "device" attribute; trials before the thirteenth
+    session recorded none: all ran on this project's CPUs)."""
+    return sorted({str(t.user_attrs["device"]) for t in trials if "device" in t.user_attrs})
+
+
 def summary(storage: str, label: str, target: int) -> dict:
     """How far `label`'s search is: trials ended (by state) of `target`, the best value so far,
     the median minutes a trial took (ended ones), the hours left at that pace, and the trials
@@ -175,6 +181,7 @@ def summary(storage: str, label: str, target: int) -> dict:
         "min_per_trial": per,
         "hours_left": None if per is None else left * per / 60,
         "running": [(t.number, max(t.intermediate_values, default=None)) for t in running],
+        "devices": devices(ended),
     }
 
 
@@ -194,9 +201,10 @@ def status_line(r: dict) -> str:
     best = "-" if r["best"] is None else f"{r['best']:.4f}"
     per = "-" if r["min_per_trial"] is None else f"{r['min_per_trial']:.1f}"
     left = "?" if r["hours_left"] is None else f"{r['hours_left']:.1f}"
+    mixed = [f"devices MIXED: {' | '.join(r['devices'])}"] if len(r["devices"]) > 1 else []
     states = ", ".join([f"{n} {s}" for s, n in r["states"].items()] + [
         f"trial {n} running (epoch {e} reported)" if e is not None else f"trial {n} running"
         for n, e in r["running"]
-    ])  # fmt: skip
+    ] + mixed)  # fmt: skip
     return (f"{r['label']:<24} {r['ended']:>3}/{r['target']:<3} {best:>7} {per:>9} "
             f"{left:>7}  {states}")  # fmt: skip
