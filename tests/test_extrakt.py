@@ -119,7 +119,7 @@ def test_fast_backends_with_a_score_bias_match_the_reference(backend, mask_kind)
 @pytest.mark.parametrize("L", [7, 150])  # one query block; several (the bias sliced per block)
 @pytest.mark.parametrize("mask_kind", ["none", "strict", "ragged"])
 def test_cpu_dropout_kernel_with_a_score_bias_equals_the_reference_with_the_same_draws(
-    mask_kind, L, kernel_draws
+    mask_kind, L, kernel_draws, poisoned_buffers
 ):
     """The training kernel (query blocks, dropout draws per block) with the bias added: record
     its draws, and reference.alibi_attention with them gives the same outputs and gradients."""

@@ -170,7 +170,7 @@ def test_sparse_attention_gradients_are_the_renormalised_weights():
 )
 @pytest.mark.parametrize("p", [0.0, 0.3])
 def test_cpu_sparse_kernel_equals_the_reference(
-    selection, k, ratio, p, L, monkeypatch, kernel_draws
+    selection, k, ratio, p, L, monkeypatch, kernel_draws, poisoned_buffers
 ):
     """The fused CPU kernel (query blocks, batch chunks, the selection per chunk, fast dropout)
     against reference.sparse_attention with the kernel's own dropout draws: outputs and
