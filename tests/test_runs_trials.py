@@ -146,3 +146,17 @@ def test_a_label_whose_trials_ran_on_two_devices_is_flagged(tmp_path):
                                               user_attrs={"device": "NVIDIA H100"}))  # fmt: skip
     line = trials.status_line(trials.summary(storage, "dtransformer", 20))
     assert "devices MIXED: AMD EPYC | NVIDIA H100" in line
+
+
+def test_best_keeps_a_chosen_label_whose_trials_the_storage_lacks(tmp_path, capsys):
+    """The ordinal DKT's 20 trials ran before trials were recorded: `kt budget best` after the
+    other labels' searches must not drop its tuned configuration (its tuned rows have run)."""
+    storage, out = _storage(tmp_path, "a.db"), tmp_path / "tuning.json"
+    _three_trials(storage, "dtransformer")
+    before = {"simakt_pwd": {"model": "simakt", "lr": 5e-4}, "dtransformer": {"lr": 9.0}}
+    out.write_text(json.dumps({"budget": "simakt", "labels": before}))
+    budget.main(["best", "simakt", "--storage", storage, "--out", str(out)])
+    labels = json.loads(out.read_text())["labels"]
+    assert labels["simakt_pwd"] == before["simakt_pwd"]  # kept as it was
+    assert labels["dtransformer"]["lr"] == pytest.approx(1e-3)  # chosen again from the storage
+    assert "kept from before (no trials here): simakt_pwd" in capsys.readouterr().out

@@ -474,19 +474,18 @@ def main(argv: list[str] | None = None) -> None:
         return
     configs = best_configs(budget, a.storage)
     if not configs:
-        p.error(
-            f"no label of {budget.name!r} has a completed trial in {a.storage or budget.storage}"
-        )
+        p.error(f"no label of {budget.name!r} has a completed trial in "
+                f"{a.storage or budget.storage}")  # fmt: skip
     out = Path(a.out or budget.file)
-    doc = {
-        "budget": budget.name,
-        "dataset": budget.dataset,
-        "fold": budget.fold,
-        "metric": budget.metric,
-        "labels": configs,
-    }
+    # a label chosen before (its tuned rows may have run) is kept when the storage has none of
+    # its trials (the ordinal DKT's 20 ran before trials were recorded): never dropped silently
+    old = json.loads(out.read_text(encoding="utf-8"))["labels"] if out.exists() else {}
+    kept = {label: cfg for label, cfg in old.items() if label not in configs}
+    doc = {"budget": budget.name, "dataset": budget.dataset, "fold": budget.fold,
+           "metric": budget.metric, "labels": {**kept, **configs}}  # fmt: skip
     atomic_write_text(out, json.dumps(doc, indent=2) + "\n")
-    print(f"wrote {out}: {', '.join(configs)}")
+    note = f"; kept from before (no trials here): {', '.join(kept)}" if kept else ""
+    print(f"wrote {out}: {', '.join(configs)}{note}")
 
 
 def _status(budget: Budget, target: int) -> str:
