@@ -12,7 +12,7 @@ import pytest
 
 from kt_lib.data.synthetic import simulate
 from kt_lib.models import build_model
-from kt_lib.runs import budget, studies
+from kt_lib.runs import budget, studies, tuned
 from kt_lib.runs.search import trial_settings
 from kt_lib.train import TrainConfig
 
@@ -78,9 +78,9 @@ def test_a_search_resumes_and_its_best_become_the_tuned_study(tmp_path):
     out = tmp_path / "tuning.json"
     budget.main(["best", "simakt", "--storage", storage, "--out", str(out)])
     assert json.loads(out.read_text())["labels"].keys() == best.keys()
-    variants = budget.tuned_variants(SIMAKT, out)
+    variants = tuned.tuned_variants(SIMAKT, out)
     assert variants["dtransformer_tuned"]["model"] == "dtransformer"
-    study = budget.tuned_study(variants)
+    study = tuned.tuned_study(variants)
     assert study.pairs == (("simakt_knn_only_tuned", "dtransformer_tuned"),)
     plan = {(r["model"], r["seed"]) for r in study.plan()}
     assert {m for m, _ in plan} == {"dtransformer_tuned", "simakt_knn_only_tuned"}
@@ -88,13 +88,13 @@ def test_a_search_resumes_and_its_best_become_the_tuned_study(tmp_path):
     runs = study.part_plans()[0].runs(study.train_config())
     tuned_lr = {r.name: r.spec.train.lr for r in runs}
     assert tuned_lr["dtransformer_tuned"] == pytest.approx(best["dtransformer"]["lr"])
-    assert budget.tuned_variants(SIMAKT, tmp_path / "none.json") == {}
+    assert tuned.tuned_variants(SIMAKT, tmp_path / "none.json") == {}
 
 
 def test_tuned_rows_join_a_study_as_a_last_part_paired_with_their_models():
     base = studies.DECLARED["ordinal_oulad"]  # without the tuned rows of results/ (if any)
     variants = {"dkt_gpcm_tuned": {"model": "dkt_gpcm", "lr": 2e-3, "d": 64}}
-    grown = budget.with_tuned_rows(base, variants)
+    grown = tuned.with_tuned_rows(base, variants)
     assert grown.parts[:-1] == base.parts
     assert grown.parts[-1].models == ("dkt_gpcm_tuned",)
     assert {d for d, _ in grown.parts[-1].datasets} == {"oulad_k5", "oulad_k4"}
@@ -132,7 +132,7 @@ def test_a_broken_tuning_file_leaves_its_rows_out_with_a_warning(tmp_path, monke
     )
     monkeypatch.setattr(budget.Budget, "file", property(lambda self: bad))
     with pytest.warns(UserWarning, match="simakt_tuning.json: .*its tuned rows are left out"):
-        out = budget.add_tuned_rows(dict(studies.STUDIES))
+        out = tuned.add_tuned_rows(dict(studies.STUDIES))
     assert "simakt_tuned" not in out and set(studies.STUDIES) <= set(out)
 
 
@@ -150,7 +150,7 @@ def test_the_sparsekt_budget_searches_pykts_own_sweep_and_joins_the_baselines():
         assert model.config.selection == label.removeprefix("sparsekt_")
         assert model.config.n_blocks == settings["n_blocks"] and model.config.d == settings["d"]
     variants = {"sparsekt_topk_tuned": {"model": "sparsekt", "lr": 1e-4, "selection": "topk"}}
-    grown = budget.with_tuned_rows(studies.DECLARED["baselines"], variants)
+    grown = tuned.with_tuned_rows(studies.DECLARED["baselines"], variants)
     assert grown.parts[-1].datasets == (("assist2015", "pykt"),)
     assert grown.pairs[-1] == ("sparsekt_topk_tuned", "sparsekt_topk")  # its untuned row
 
@@ -203,3 +203,20 @@ def test_a_search_killed_mid_trial_finishes_that_trial_from_its_last_epoch(tmp_p
     whole = budget.search_label(*args[:-1], f"sqlite:///{tmp_path / 'c.db'}", preset="tiny")
     assert whole.trials[0].params == done.params
     assert whole.trials[0].value == pytest.approx(done.value, abs=1e-6)
+
+
+def test_a_search_leaves_out_labels_chosen_before_whose_trials_are_unrecorded(
+    tmp_path, monkeypatch, capsys
+):
+    """The ordinal DKT's 20 trials ran before trials were recorded: a search without --labels
+    must not run them again (a new choice would change its tuned rows, which have run)."""
+    monkeypatch.setattr(budget, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(budget, "ROOT", tmp_path)
+    monkeypatch.setattr(budget.Budget, "storage", property(lambda b: f"sqlite:///{tmp_path}/b.db"))
+    (tmp_path / "results" / "tuning").mkdir(parents=True)
+    chosen = {label: {"model": label, "fields": {}, "lr": 1e-3} for label in ORDINAL.labels}
+    ORDINAL.file.write_text(json.dumps({"labels": chosen}))
+    budget.main(["search", "ordinal"])  # every label chosen before: nothing to search, no data
+    out = capsys.readouterr().out
+    assert all(f"{label}: chosen before in ordinal.json" in out for label in ORDINAL.labels)
+    assert "ordinal: no label left to search" in out

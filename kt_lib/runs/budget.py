@@ -6,7 +6,7 @@ included) in a study of record, paired.
 
     kt budget search simakt [--trials 20] [--labels dtransformer ...] [--device cuda] [--workers N]
     kt budget best simakt              # results/tuning/simakt.json -> the simakt_tuned study
-    kt budget search ordinal           # seed 002's phase 2 on OULAD K = 5
+    kt budget search ordinal           # seed 002's phase 2 on OULAD K = 5 (see below)
     kt budget best ordinal             # results/tuning/ordinal.json -> ordinal_oulad's _tuned rows
     kt budget search sparsekt          # pyKT's own sweep space, ASSIST2015 fold 0
     kt budget status simakt            # trials ended per label, best so far, hours left
@@ -21,26 +21,24 @@ cluster-only).
 `ordinal` (seed 002, phase 2): ModularAttentionGPCM, AttentionGPCM and the ordinal DKT on OULAD
 K = 5 fold 0, validation QWK, each over `search.ordinal_space` (its own fields of
 distance_penalty, window size, fusion, embedding size, and the learning rate); the K = 4 rows
-reuse K = 5's choice (not searched at K = 4).
+reuse K = 5's choice. A search without `--labels` leaves out a label the tuning file already
+chose whose trials are in neither storage nor record (the ordinal DKT's: its rows have run).
 `sparsekt` (the baselines issue's open gap): sparseKT's top-k and soft selection on ASSIST2015
 fold 0, validation AUC, over pyKT's own sweep (`SPARSEKT_SPACE`, from its
 examples/seedwandb/sparsekt.yaml); `kt budget best sparsekt` adds `sparsekt_topk_tuned` and
 `sparsekt_soft_tuned` rows to the baselines study, paired with the untuned ones.
 
-Trials live in an SQLite storage per budget (one Optuna study per label, runs/, not committed),
-so a search that is killed resumes with the trials it lacks, and the trial it was in from that
-trial's last epoch (an epoch checkpoint per trial under runs/checkpoints/budget/; one search per
-label at a time); every ended trial is also written to a committed record
-(results/tuning/<budget>_trials.json, `kt_lib.runs.trials`), from which a fresh clone's search
-resumes. Test students are never read.
+Trials live in an SQLite storage per budget (one Optuna study per label, runs/, not committed):
+a killed search resumes with the trials it lacks, and the trial it was in from its last epoch
+(an epoch checkpoint per trial under runs/checkpoints/budget/; one search per label at a time);
+every ended trial is also in a committed record (results/tuning/<budget>_trials.json,
+`kt_lib.runs.trials`), from which a fresh clone's search resumes. Test students are never read.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +53,7 @@ from .execute import exit_with_parent
 from .labels import search_side_by_side
 from .search import Dim, _optimise, ordinal_space, preset_space, simakt_overrides, small_space
 from .spec import RunSpec
-from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study
+from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS
 from .trials import devices, restore, save, status_table, study_name, summary
 from .trials import load as _load
 
@@ -324,87 +322,6 @@ def best_configs(budget: Budget, storage: str | None = None) -> dict:
     return out
 
 
-def tuned_variants(budget: Budget, path: str | Path | None = None) -> dict[str, dict]:
-    """{<label>_tuned: {"model": ..., "lr": ..., **fields}} from the budget's tuning file; {}
-    when there is none."""
-    path = Path(path or budget.file)
-    if not path.exists():
-        return {}
-    configs = json.loads(path.read_text(encoding="utf-8"))["labels"]
-    return {
-        f"{k}_tuned": {"model": v["model"], **({"lr": v["lr"]} if v.get("lr") else {}),
-                       **v["fields"]}
-        for k, v in configs.items()
-    }  # fmt: skip
-
-
-def tuned_study(variants: dict[str, dict]) -> Study:
-    """Seed 000's rows after the equal tuning budget (`kt_lib.runs.budget`): each label's best
-    configuration as `<label>_tuned`, five seeds on algebra05 (the split the search used: its
-    validation students chose them; test is read once per run), paired as the simakt study."""
-    tuned = [f"{label}_tuned" for label in BUDGETS["simakt"].labels if f"{label}_tuned" in variants]
-    presets = [t for t in tuned if t not in ("dtransformer_tuned", "simakt_no_inter_tuned")]
-    bases = [t for t in ("dtransformer_tuned", "simakt_no_inter_tuned") if t in tuned]
-    pairs = [(v, b) for v in presets for b in bases]
-    if len(bases) == 2:
-        pairs.append(("simakt_no_inter_tuned", "dtransformer_tuned"))
-    return Study(
-        name="simakt_tuned",
-        question="Seed 000 under an equal tuning budget: every row's best configuration of the "
-        "same number of Optuna trials on algebra05's validation students, five seeds",
-        parts=(Part((("algebra05", "auto"),), tuple(tuned)),),
-        variants=variants,
-        pairs=tuple(pairs),
-        seeds=(0, 1, 2, 3, 4),
-        filling=True,
-        breakdown=True,
-        pair_breakdown=True,
-    )
-
-
-def with_tuned_rows(study: Study, variants: dict[str, dict]) -> Study:
-    """`study` with its tuned rows (`<label>_tuned`, the budget's best configurations) as a last
-    part on the datasets of the untuned rows (the runs before keep their keys), each paired with
-    its untuned row (the label without `_tuned`, else its model): the label says which rows are
-    tuned."""
-    tuned = tuple(variants)
-    rows = {m for part in study.parts for m in part.models}
-    base = {t: t.removesuffix("_tuned") if t.removesuffix("_tuned") in rows else v["model"]
-            for t, v in variants.items()}  # fmt: skip
-    datasets = tuple(
-        dict.fromkeys(
-            d
-            for part in study.parts
-            if set(part.models) & set(base.values())
-            for d in part.datasets
-        )
-    )
-    return dataclasses.replace(
-        study,
-        parts=(*study.parts, Part(datasets, tuned)),
-        variants={**study.variants, **variants},
-        pairs=(*study.pairs, *((t, base[t]) for t in tuned)),
-    )
-
-
-def add_tuned_rows(studies: dict[str, Study]) -> dict[str, Study]:
-    """`studies` with the tuned rows, once `kt budget best NAME` has written
-    results/tuning/NAME.json. A file that no longer parses (a field a model lost) is named in a
-    warning and its rows left out: the other studies stay usable."""
-    out = dict(studies)
-    joins = {"ordinal": "ordinal_oulad", "sparsekt": "baselines"}  # study the tuned rows join
-    for name in ("simakt", *joins):
-        try:
-            variants = tuned_variants(BUDGETS[name])
-            if variants and name == "simakt":
-                out["simakt_tuned"] = tuned_study(variants)
-            elif variants:
-                out[joins[name]] = with_tuned_rows(out[joins[name]], variants)
-        except (ValueError, KeyError, TypeError) as e:
-            warnings.warn(f"{BUDGETS[name].file}: {e}; its tuned rows are left out", stacklevel=2)
-    return out
-
-
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -450,6 +367,19 @@ def main(argv: list[str] | None = None) -> None:
     if a.cmd == "status":
         print(_status(budget, a.trials))
         return
+    if a.cmd == "search" and not a.labels:  # chosen before, trials unrecorded: not again
+        chosen = json.loads(budget.file.read_text())["labels"] if budget.file.exists() else {}
+        skip = [x for x in labels if x in chosen and not finished_trials(budget.storage, x)]
+        for label in skip:
+            print(
+                f"{label}: chosen before in {budget.file.name}, its trials unrecorded: not "
+                "searched again (name it in --labels to search it anew)",
+                flush=True,
+            )
+        labels = [x for x in labels if x not in skip]
+        if not labels:
+            print(f"{budget.name}: no label left to search")
+            return
     if a.cmd == "search" and a.workers > 1 and len(labels) > 1:
         options = ["--trials", str(a.trials), "--data-root", a.data_root, "--device", a.device]
         storage = ["--storage", a.storage] if a.storage else []

@@ -25,7 +25,6 @@ import sys
 from pathlib import Path
 
 from ..provenance import ROOT
-from .budget import add_tuned_rows
 from .cost import cells, fmt_eta, kind_hours, run_cost
 from .execute import ExecConfig
 from .leaderboard import checkpoint_name, run_plan
@@ -33,6 +32,7 @@ from .parking import PARKED, in_flight, park, parked, price_in_flight, unpark
 from .results import finished_runs, read_runs
 from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study  # noqa: F401
 from .study_render import render, render_summary, write_blocks
+from .tuned import add_tuned_rows
 
 _SIMAKT = {
     "simakt_no_inter": {"model": "simakt", "similarity": "no_inter_student"},
