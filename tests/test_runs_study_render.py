@@ -54,6 +54,20 @@ def test_the_pairs_by_history_position_pair_each_bucket_alone():
     )
 
 
+def test_the_pairs_by_log_length_pair_each_quarter_alone():
+    rows = [{"dataset": "d", "model": m, "fold": None, "seed": seed,
+             "test_auc@pos1-10": 0.7, "test_auc@lenq1": short + 0.01 * seed,
+             "test_auc@lenq4": 0.8 + 0.001 * seed}
+            for seed in range(4) for m, short in (("a", 0.64), ("b", 0.70))]  # fmt: skip
+    out = pair_breakdown(pd.DataFrame(rows), [("a", "b")])
+    assert out[0].startswith("Paired by history position") and len(out) == 4
+    assert out[2].startswith("Paired by the student's log length")
+    lines = out[3].splitlines()
+    assert lines[0].startswith("| students | a - b | metric | mean diff |")
+    assert lines[2].startswith("| lenq1 | a - b | test_auc | -0.0600 |") and "| 4 |" in lines[2]
+    assert lines[3].startswith("| lenq4 | a - b | test_auc | +0.0000 |") and len(lines) == 4
+
+
 def test_the_summary_is_model_by_dataset_with_mean_std_and_runs(tmp_path):
     from kt_lib.runs.results import add_runs
     from kt_lib.runs.study import Part, Study

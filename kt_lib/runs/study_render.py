@@ -121,32 +121,39 @@ def render_summary(study, path: str | Path | None = None) -> str:
 
 
 def pair_breakdown(runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> list[str]:
-    """The pairs' test-AUC differences at each history position (pooled over datasets, paired
-    by dataset, fold and seed): where in a student's log a difference sits, e.g. whether
-    collaborative memory helps the first steps. Runs recorded before the breakdown existed have
-    no such columns and pair nowhere."""
-    frames = []
-    for col in BREAKDOWN:
-        m = f"test_auc@{col}"
-        if m not in runs:
-            continue
-        has = set(runs.loc[runs[m].notna(), "model"])
-        present = [p for p in pairs if set(p) <= has]
-        if present:
-            frames.append(compare_pairs(runs, present, metric=m).assign(position=col))
-    if not frames:
-        return []
-    table = pd.concat(frames, ignore_index=True)
-    table = table.sort_values(["a", "b"], kind="stable")[["position", *table.columns[:-1]]]
-    return [
-        "Paired by history position, pooled over datasets (test AUC of the steps at positions "
-        "A-B; runs without the breakdown pair nowhere):",
-        pairs_markdown(table.drop(columns="metric").assign(metric="test_auc")),
-    ]
+    """The pairs' test-AUC differences at each history position and in each quarter of the
+    students by their log's length (pooled over datasets, paired by dataset, fold and seed):
+    where a difference sits, e.g. whether collaborative memory helps the first steps or the
+    students with short histories. Runs recorded before the breakdown existed have no such
+    columns and pair nowhere."""
+    out = []
+    for cols, name, heading in (
+        (BREAKDOWN, "position", "Paired by history position, pooled over datasets (test AUC of "
+         "the steps at positions A-B; runs without the breakdown pair nowhere):"),
+        (LENGTHS, "students", "Paired by the student's log length, pooled over datasets (test "
+         "AUC of the students in each quarter by length: lenq1 the shortest logs, lenq4 the "
+         "longest; quartiles of each run's test students):"),
+    ):  # fmt: skip
+        frames = []
+        for col in cols:
+            m = f"test_auc@{col}"
+            if m not in runs:
+                continue
+            has = set(runs.loc[runs[m].notna(), "model"])
+            present = [p for p in pairs if set(p) <= has]
+            if present:
+                frames.append(compare_pairs(runs, present, metric=m).assign(**{name: col}))
+        if frames:
+            table = pd.concat(frames, ignore_index=True)
+            table = table.sort_values(["a", "b"], kind="stable")[[name, *table.columns[:-1]]]
+            table = table.drop(columns="metric").assign(metric="test_auc")
+            out += [heading, pairs_markdown(table)]
+    return out
 
 
 ORDINAL_SHOWN = ("test_acc", "test_mae", "test_spearman", "test_macro_f1", "test_auc_ge1")
 BREAKDOWN = ("pos1-10", "pos11-50", "pos51-200", "pos201+")
+LENGTHS = ("lenq1", "lenq2", "lenq3", "lenq4")  # quarters of the test students by log length
 
 
 def _devices(part: pd.DataFrame) -> str:
