@@ -127,3 +127,28 @@ def test_breakdown_pairs_must_be_among_the_pairs():
     part = Part((("d", "line3"),), ("a", "b"))
     with pytest.raises(ValueError, match=r"breakdown_pairs \[\('a', 'c'\)\] are not among"):
         Study("s", "?", (part,), pairs=(("a", "b"),), breakdown_pairs=(("a", "c"),))
+
+
+def test_a_breakdown_study_shows_auc_by_log_length_per_cell(tmp_path):
+    """Each (dataset, model) of a study with the breakdown gets its mean AUC per quarter of
+    students by log length, over the runs that store it; runs recorded before are left out and
+    a study whose runs store none shows no such table."""
+    from kt_lib.runs.results import add_runs
+    from kt_lib.runs.study import Part, Study
+    from kt_lib.runs.study_render import render
+
+    base = {"dataset": "d", "fold": None, "best_epoch": 3, "train_seconds": 1.0,
+            "wall_seconds": 1.0, "device_name": "AMD EPYC", "test_auc": 0.7}  # fmt: skip
+    rows = [{**base, "model": "a", "seed": s, "run_key": f"a{s}", "test_auc@lenq1": 0.60 + 0.02 * s,
+             "test_auc@lenq4": 0.80} for s in range(2)]  # fmt: skip
+    rows.append({**base, "model": "a", "seed": 2, "run_key": "a2"})  # before the breakdown
+    rows.append({**base, "model": "b", "seed": 0, "run_key": "b0"})
+    add_runs(tmp_path / "s.json", rows)
+    study = Study("s", "?", (Part((("d", "line3"),), ("a", "b")),), breakdown=True)
+    text = render(study, tmp_path / "s.json")
+    table = text.split("By the student's log length")[1].split("\n\n")[1].splitlines()
+    assert table[0] == "| dataset | model | runs | auc lenq1 | auc lenq2 | auc lenq3 | auc lenq4 |"
+    assert table[2] == "| d | a | 2 | 0.6100 | - | - | 0.8000 |" and len(table) == 3  # no b row
+    only_b = [r for r in rows if r["model"] == "b"]
+    add_runs(tmp_path / "t.json", only_b)
+    assert "By the student's log length" not in render(study, tmp_path / "t.json")

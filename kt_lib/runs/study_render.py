@@ -76,6 +76,14 @@ def render(study, path: str | Path | None = None) -> str:
             "`auc posA-B`: per-question test AUC of the steps at positions A-B of the student's "
             "log (windows of 200: a step after 200 is predicted from its own window)."
         )
+        lengths = _by_length(g)
+        if lengths is not None:
+            out += [
+                "By the student's log length (per-question test AUC of the test students in "
+                "each quarter by length, quartiles of each run's test students: lenq1 the "
+                "shortest logs; mean over the runs that store it):",
+                lengths,
+            ]
     present = set(runs["model"])
     pairs = [p for p in study.pairs if set(p) <= present]  # a filling study: the cells so far
     for m in metrics:
@@ -94,6 +102,20 @@ def render(study, path: str | Path | None = None) -> str:
     hours = runs["wall_seconds"].sum() / 3600
     out.append(f"{len(runs)} runs; their wall times add up to {hours:.2f} h.")
     return "\n\n".join(x.strip() for x in out) + "\n"
+
+
+def _by_length(groups) -> str | None:
+    """Per (dataset, model) the mean test AUC of each quarter of students by log length; None
+    when no run stores it (runs recorded before the breakdown)."""
+    rows = []
+    for (dataset, model), part in groups:
+        cols = {q: part[f"test_auc@{q}"].dropna() if f"test_auc@{q}" in part else []
+                for q in LENGTHS}  # fmt: skip
+        n = max(len(v) for v in cols.values())
+        if n:
+            means = {f"auc {q}": f"{v.mean():.4f}" if len(v) else "-" for q, v in cols.items()}
+            rows.append({"dataset": dataset, "model": model, "runs": n, **means})
+    return to_markdown(pd.DataFrame(rows), index=False) if rows else None
 
 
 def render_summary(study, path: str | Path | None = None) -> str:
