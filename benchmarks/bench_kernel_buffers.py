@@ -9,8 +9,9 @@ Paper presets, B=64, L=200, no problem ids, on CPU (`bench_models.build_ours`). 
 every (model, buffers) pair once, in turn, so that a noisy machine slows both alike; figures are
 medians over the repeats after one warm-up round. The zero-filled side is the same kernel with
 `cpu.new_heads` asked for zeros every time: the fills are the only difference. Also: the
-largest difference of the eval logits and of one step's parameter gradients between the two
-(the same arithmetic: 0 expected).
+largest difference of one training step's parameter gradients between the two (the same
+arithmetic: 0 expected) and of the eval logits (which only test the kernels where evaluation
+uses them: AKT's; plain attention evaluates through SDPA).
 """
 
 from __future__ import annotations

@@ -221,6 +221,8 @@ def fit(
             earlier = float(meta.get("seconds", sum(r.get("train_seconds", 0.0) for r in rows)))
             best.update(metric=meta["best_metric"], epoch=meta["best_epoch"])
             torch.manual_seed(cfg.seed + start_epoch)
+            if waited >= cfg.patience:  # it had stopped early (killed before returning)
+                start_epoch = cfg.epochs
         for epoch in range(start_epoch, cfg.epochs):
             torch.manual_seed(cfg.seed + epoch)  # resumed runs replay the same dropout masks
             model.train()

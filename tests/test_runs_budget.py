@@ -220,3 +220,62 @@ def test_a_search_leaves_out_labels_chosen_before_whose_trials_are_unrecorded(
     out = capsys.readouterr().out
     assert all(f"{label}: chosen before in ordinal.json" in out for label in ORDINAL.labels)
     assert "ordinal: no label left to search" in out
+
+
+def _tiny_search(tmp_path, monkeypatch, on_epoch_2):
+    """A one-trial search of 4 epochs on a tiny simulated set whose run calls `on_epoch_2()` at
+    epoch 2 (after epoch 1's checkpoint); -> (search arguments, checkpoint folder)."""
+    from kt_lib.runs import search
+
+    sim = simulate(num_students=30, seq_len=12, num_c=5, seed=4).data
+    bundle = type("B", (), {"train": sim.subset(range(24)), "valid": sim.subset(range(24, 30))})
+    cfg = TrainConfig(epochs=4, patience=10, progress=False)
+    plain = search.run_experiment
+
+    def watched(spec, splits, on_epoch):
+        def seen(epoch, row):
+            on_epoch(epoch, row)
+            if epoch == 2:
+                on_epoch_2()
+
+        return plain(spec, splits, on_epoch=seen)
+
+    monkeypatch.setattr(search, "run_experiment", watched)
+    storage = f"sqlite:///{tmp_path / 'b.db'}"
+    return (SIMAKT, bundle, "dtransformer", 1, cfg, storage), tmp_path / "ckpt"
+
+
+def test_ctrl_c_leaves_the_trial_running_and_its_checkpoint_for_the_next_search(
+    tmp_path, monkeypatch
+):
+    """Optuna fails a trial that raises KeyboardInterrupt (it would count as ended and never
+    resume); a resumable search turns Ctrl-C into SystemExit, which leaves it RUNNING."""
+    import os
+    import signal
+
+    args, ckpt = _tiny_search(tmp_path, monkeypatch, lambda: os.kill(os.getpid(), signal.SIGINT))
+    with pytest.raises(SystemExit, match="interrupted"):
+        budget.search_label(*args, preset="tiny", checkpoints=ckpt)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler given back
+    (trial,) = optuna.load_study(study_name="budget_dtransformer", storage=args[-1]).trials
+    assert trial.state == optuna.trial.TrialState.RUNNING
+    assert list((ckpt / "dtransformer").glob("trial0-*_last.json"))
+
+
+def test_a_trial_that_fails_removes_its_checkpoint(tmp_path, monkeypatch):
+    def boom():
+        raise RuntimeError("out of memory")
+
+    args, ckpt = _tiny_search(tmp_path, monkeypatch, boom)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        budget.search_label(*args, preset="tiny", checkpoints=ckpt)
+    (trial,) = optuna.load_study(study_name="budget_dtransformer", storage=args[-1]).trials
+    assert trial.state == optuna.trial.TrialState.FAIL  # ended: nothing to resume
+    assert not list((ckpt / "dtransformer").glob("trial*"))
+
+
+def test_each_storage_has_its_own_checkpoint_folder():
+    default = budget._checkpoints(SIMAKT, None)
+    assert default == budget.CHECKPOINTS / "budget" / "simakt"
+    other = budget._checkpoints(SIMAKT, "sqlite:///elsewhere.db")
+    assert other.parent == default and other != budget._checkpoints(SIMAKT, "sqlite:///x.db")

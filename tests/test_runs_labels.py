@@ -89,3 +89,29 @@ def test_the_cli_runs_each_label_as_a_child_that_ends_with_it(tmp_path, monkeypa
     assert seen[0][1][-2:] == ["--storage", "sqlite:///x.db"]
     assert (tmp_path / "budget_simakt" / "simakt_pwd.log").exists()
     assert "simakt_pwd: failed (2)" in capsys.readouterr().out
+
+
+def test_an_interrupted_parent_stops_and_reaps_its_children(tmp_path, monkeypatch):
+    from kt_lib.runs import labels as side
+
+    started = []
+    plain = subprocess.Popen
+
+    def recording(*a, **k):
+        started.append(plain(*a, **k))
+        return started[-1]
+
+    real_sleep, calls = time.sleep, []
+
+    def interrupt(seconds):  # the scheduler's first poll: Ctrl-C while the children run
+        calls.append(seconds)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        real_sleep(seconds)  # then as usual (Popen.wait polls with it)
+
+    monkeypatch.setattr(side.subprocess, "Popen", recording)
+    monkeypatch.setattr(side.time, "sleep", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        run_side_by_side({"a": _sleeper(60), "b": _sleeper(60)}, workers=2, logs=tmp_path)
+    assert len(started) == 2
+    assert all(p.returncode is not None for p in started)  # stopped and waited for

@@ -92,6 +92,24 @@ def test_fit_is_deterministic_and_resumes(tmp_path):
     assert 0 < earlier <= first.seconds and resumed.seconds > earlier
 
 
+def test_a_run_that_stopped_early_resumes_to_its_end_not_one_epoch_more(tmp_path):
+    """A process killed after the early-stopping epoch's checkpoint but before `fit` returned
+    (or a run resumed after it finished) trains no further epoch: patience ran out already."""
+    train, valid = make_tiny_dataset(n=30, seed=0), make_tiny_dataset(n=10, seed=1)
+
+    def run(resume: bool):
+        torch.manual_seed(0)
+        model = build_model("sakt", preset="tiny", dataset=train)
+        return fit(model, train, valid, epochs=30, max_len=16, progress=False, patience=1,
+                   lr=0.05, checkpoint=str(tmp_path / "s"), resume=resume)  # fmt: skip
+
+    done = run(resume=False)
+    assert len(done.history) < 30  # it stopped early
+    again = run(resume=True)
+    assert len(again.history) == len(done.history)
+    assert again.best_epoch == done.best_epoch and again.best_metric == done.best_metric
+
+
 def test_dkt_learns_on_a_learnable_signal():
     rng = np.random.default_rng(0)
     from kt_lib.data.dataset import KTDataset, StudentSeq

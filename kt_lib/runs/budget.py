@@ -38,6 +38,7 @@ every ended trial is also in a committed record (results/tuning/<budget>_trials.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -369,7 +370,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     if a.cmd == "search" and not a.labels:  # chosen before, trials unrecorded: not again
         chosen = json.loads(budget.file.read_text())["labels"] if budget.file.exists() else {}
-        skip = [x for x in labels if x in chosen and not finished_trials(budget.storage, x)]
+        store = a.storage or budget.storage
+        skip = [x for x in labels if x in chosen and not finished_trials(store, x)]
         for label in skip:
             print(
                 f"{label}: chosen before in {budget.file.name}, its trials unrecorded: not "
@@ -394,7 +396,7 @@ def main(argv: list[str] | None = None) -> None:
         storage = a.storage or budget.storage
         for label in labels:
             study = search_label(budget, bundle, label, a.trials, cfg, storage, record=record,
-                                 checkpoints=CHECKPOINTS / "budget" / budget.name)  # fmt: skip
+                                 checkpoints=_checkpoints(budget, a.storage))  # fmt: skip
             states = [t.state.name.lower() for t in study.trials if t.state.is_finished()]
             counts = ", ".join(f"{states.count(x)} {x}" for x in sorted(set(states)))
             print(f"{label}: {len(states)} trials ended ({counts})", flush=True)
@@ -410,12 +412,25 @@ def main(argv: list[str] | None = None) -> None:
     # a label chosen before (its tuned rows may have run) is kept when the storage has none of
     # its trials (the ordinal DKT's 20 ran before trials were recorded): never dropped silently
     old = json.loads(out.read_text(encoding="utf-8"))["labels"] if out.exists() else {}
-    kept = {label: cfg for label, cfg in old.items() if label not in configs}
+    store = a.storage or budget.storage
+    kept = {label: cfg for label, cfg in old.items()
+            if label in budget.labels and _load(store, label) is None}  # fmt: skip
     doc = {"budget": budget.name, "dataset": budget.dataset, "fold": budget.fold,
            "metric": budget.metric, "labels": {**kept, **configs}}  # fmt: skip
     atomic_write_text(out, json.dumps(doc, indent=2) + "\n")
     note = f"; kept from before (no trials here): {', '.join(kept)}" if kept else ""
     print(f"wrote {out}: {', '.join(configs)}{note}")
+
+
+def _checkpoints(budget: Budget, storage: str | None) -> Path:
+    """The trials' epoch checkpoints: a folder per budget, and per storage when not the budget's
+    (trial numbers and seeded settings repeat across storages)."""
+    folder = CHECKPOINTS / "budget" / budget.name
+    return folder if storage is None else folder / f"storage-{_digest(storage)}"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
 def _status(budget: Budget, target: int) -> str:

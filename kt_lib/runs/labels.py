@@ -50,8 +50,10 @@ def run_side_by_side(
             while queue and len(running) < workers:
                 label = queue.pop(0)
                 log = open(logs / f"{label}.log", "a")  # noqa: SIM115 (closed when it ends)
+                # its own session: a terminal's Ctrl-C reaches the parent alone, which stops
+                # the children below (SIGTERM: their trials stay RUNNING, to be resumed)
                 proc = subprocess.Popen(commands[label], stdout=log, stderr=subprocess.STDOUT,
-                                        env=env)  # fmt: skip
+                                        env=env, start_new_session=True)  # fmt: skip
                 running[label] = (proc, log)
                 print(f"{label}: started (pid {proc.pid}, log {log.name})", flush=True)
             for label, (proc, log) in list(running.items()):
@@ -64,8 +66,14 @@ def run_side_by_side(
                 print(f"{label}: {end}, log {log.name}", flush=True)
             time.sleep(poll)
     finally:  # interrupted: no search goes on without its parent
-        for proc, log in running.values():
+        for proc, _ in running.values():
             proc.terminate()
+        for proc, log in running.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
             log.close()
     return status
 

@@ -24,8 +24,10 @@ import dataclasses
 import hashlib
 import json
 import math
+import signal
+import threading
 import warnings
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,7 +161,7 @@ def _optimise(
             )
         try:
             res = run_experiment(spec, Splits(bundle.train, bundle.valid, None), on_epoch=report)
-        except (optuna.TrialPruned, ValueError):  # the trial ends (not a kill: that resumes)
+        except Exception:  # pruned or failed: the trial ends (a kill or Ctrl-C resumes it)
             remove_checkpoint(prefix)
             raise
         remove_checkpoint(prefix)
@@ -178,6 +180,7 @@ def _optimise(
     with ExitStack() as stack:
         if checkpoints is not None and storage is not None:
             stack.enter_context(held(Path(checkpoints) / "search"))
+            stack.enter_context(_interrupt_leaves_trials_running())
             n_trials -= _finish_stale(study, objective, callbacks)
         study.optimize(  # a trial whose settings a model cannot take fails alone (state FAIL)
             objective,
@@ -191,9 +194,28 @@ def _optimise(
     return study
 
 
+@contextmanager
+def _interrupt_leaves_trials_running():
+    """Ctrl-C as SystemExit while a resumable search runs: Optuna marks a trial that raises
+    KeyboardInterrupt FAIL (it would count as ended and never resume), while SystemExit passes
+    through it and leaves the trial RUNNING, to be finished from its checkpoint next time."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(f"interrupted (signal {signum}): the running trial resumes next time")
+
+    before = signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def _trial_prefix(folder, trial, settings: dict) -> str:
-    """A trial's epoch checkpoint prefix: its number and a digest of its study and settings (a
-    checkpoint another storage's trial of the same number left is never resumed as this one)."""
+    """A trial's epoch checkpoint prefix: its number and a digest of its study and settings
+    (the folder is per storage: `kt budget search --storage` gets its own)."""
     key = json.dumps([trial.study.study_name, settings], sort_keys=True, default=str)
     return str(Path(folder) / f"trial{trial.number}-{hashlib.sha1(key.encode()).hexdigest()[:12]}")
 
