@@ -220,6 +220,11 @@ def test_a_search_leaves_out_labels_chosen_before_whose_trials_are_unrecorded(
     out = capsys.readouterr().out
     assert all(f"{label}: chosen before in ordinal.json" in out for label in ORDINAL.labels)
     assert "ordinal: no label left to search" in out
+    budget.main(["status", "ordinal"])  # and the status table says why they wait
+    lines = capsys.readouterr().out.splitlines()
+    for label in ORDINAL.labels:
+        line = next(x for x in lines if x.startswith(f"{label} "))
+        assert line.endswith("chosen before in ordinal.json, its trials unrecorded")
 
 
 def _tiny_search(tmp_path, monkeypatch, on_epoch_2):

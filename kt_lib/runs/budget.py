@@ -434,7 +434,11 @@ def _digest(text: str) -> str:
 
 
 def _status(budget: Budget, target: int) -> str:
+    chosen = json.loads(budget.file.read_text())["labels"] if budget.file.exists() else {}
     rows = [summary(budget.storage, label, target) for label in budget.labels]
+    for r in rows:  # a label chosen before trials were recorded (the search leaves it out)
+        if r["label"] in chosen:
+            r["chosen_before"] = f"chosen before in {budget.file.name}, its trials unrecorded"
     return status_table(budget.name, budget.record.relative_to(ROOT), rows)
 
 

@@ -202,9 +202,10 @@ def status_line(r: dict) -> str:
     per = "-" if r["min_per_trial"] is None else f"{r['min_per_trial']:.1f}"
     left = "?" if r["hours_left"] is None else f"{r['hours_left']:.1f}"
     mixed = [f"devices MIXED: {' | '.join(r['devices'])}"] if len(r["devices"]) > 1 else []
+    chosen = [r["chosen_before"]] if r.get("chosen_before") and not r["ended"] else []
     states = ", ".join([f"{n} {s}" for s, n in r["states"].items()] + [
         f"trial {n} running (epoch {e} reported)" if e is not None else f"trial {n} running"
         for n, e in r["running"]
-    ] + mixed)  # fmt: skip
+    ] + mixed + chosen)  # fmt: skip
     return (f"{r['label']:<24} {r['ended']:>3}/{r['target']:<3} {best:>7} {per:>9} "
             f"{left:>7}  {states}")  # fmt: skip
