@@ -115,3 +115,15 @@ def test_an_interrupted_parent_stops_and_reaps_its_children(tmp_path, monkeypatc
         run_side_by_side({"a": _sleeper(60), "b": _sleeper(60)}, workers=2, logs=tmp_path)
     assert len(started) == 2
     assert all(p.returncode is not None for p in started)  # stopped and waited for
+
+
+def test_workers_with_one_label_say_they_cannot_act(tmp_path, monkeypatch, capsys):
+    def stop(*a, **k):
+        raise RuntimeError("no data in this test")
+
+    monkeypatch.setattr(budget, "load_bundle", stop)
+    monkeypatch.setattr(budget.Budget, "data_dir", lambda b, root: tmp_path)
+    with pytest.raises(RuntimeError, match="no data"):
+        budget.main(["search", "simakt", "--labels", "dtransformer", "--workers", "2",
+                     "--storage", f"sqlite:///{tmp_path / 'b.db'}"])  # fmt: skip
+    assert "--workers 2: one label to search, in this process" in capsys.readouterr().out

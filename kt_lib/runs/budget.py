@@ -386,6 +386,8 @@ def main(argv: list[str] | None = None) -> None:
         options = ["--trials", str(a.trials), "--data-root", a.data_root, "--device", a.device]
         storage = ["--storage", a.storage] if a.storage else []
         return search_side_by_side(budget.name, labels, options + storage, a.workers)
+    if a.cmd == "search" and a.workers > 1:  # a setting that cannot act says so
+        print(f"--workers {a.workers}: one label to search, in this process", flush=True)
     if a.cmd == "search":
         bundle = load_bundle(budget.data_dir(a.data_root), budget.data_format, fold=budget.fold,
                              seed=0)  # fmt: skip
