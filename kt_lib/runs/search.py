@@ -199,8 +199,10 @@ def _interrupt_leaves_trials_running():
     """Ctrl-C as SystemExit while a resumable search runs: Optuna marks a trial that raises
     KeyboardInterrupt FAIL (it would count as ended and never resume), while SystemExit passes
     through it and leaves the trial RUNNING, to be finished from its checkpoint next time."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers belong to the main thread
+    if threading.current_thread() is not threading.main_thread() or (
+        signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # a background job: left as it is
+    ):
+        yield  # (signal handlers belong to the main thread)
         return
 
     def stop(signum, frame):
