@@ -32,6 +32,12 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def short_digest(data: str | bytes, n: int = 10) -> str:
+    """The first `n` hex digits of SHA-1: a short name for a settings blob (run keys, trial
+    checkpoints, storages), not a security digest."""
+    return hashlib.sha1(data.encode() if isinstance(data, str) else data).hexdigest()[:n]
+
+
 def new_file_mode(path: Path) -> int:
     """The mode `open(path, "w")` leaves: the existing file's, else 0o666 minus the umask."""
     try:
@@ -199,8 +205,10 @@ def read_pair(path: str | Path, map_location="cpu") -> tuple[dict, dict[str, Any
 
 
 @contextlib.contextmanager
-def locked(path: str | Path) -> Iterator[None]:
-    """An exclusive lock on `<path>.lock` (POSIX; no lock where fcntl is missing)."""
+def locked(path: str | Path, wait: bool = True) -> Iterator[None]:
+    """An exclusive lock on `<path>.lock` (POSIX; no lock where fcntl is missing). With
+    `wait=False` it refuses to wait: a ValueError names the lock file when another process holds
+    it (one long job per resource, e.g. one search of a label)."""
     try:
         import fcntl
     except ImportError:  # Windows: one writer at a time is the user's business
@@ -208,29 +216,10 @@ def locked(path: str | Path) -> Iterator[None]:
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(path.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def held(path: str | Path) -> Iterator[None]:
-    """`locked`, but refusing to wait: a ValueError names `<path>.lock` when another process
-    holds it (one long job per resource, e.g. one search of a label)."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     name = path.with_name(path.name + ".lock")
     with open(name, "w") as lock:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             raise ValueError(f"{name} is held by another process: one at a time") from None
         try:

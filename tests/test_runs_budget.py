@@ -160,7 +160,7 @@ class _Killed(BaseException):
 
 
 def test_a_search_killed_mid_trial_finishes_that_trial_from_its_last_epoch(tmp_path, monkeypatch):
-    from kt_lib.fileio import held
+    from kt_lib.fileio import locked
     from kt_lib.runs import search
 
     sim = simulate(num_students=30, seq_len=12, num_c=5, seed=4).data
@@ -186,7 +186,7 @@ def test_a_search_killed_mid_trial_finishes_that_trial_from_its_last_epoch(tmp_p
     (stale,) = optuna.load_study(study_name="budget_dtransformer", storage=storage).trials
     assert stale.state == optuna.trial.TrialState.RUNNING
     assert list((ckpt / "dtransformer").glob("trial0-*_last.json"))  # epoch 1's checkpoint
-    with held(ckpt / "dtransformer" / "search"), pytest.raises(ValueError, match="another"):
+    with locked(ckpt / "dtransformer" / "search"), pytest.raises(ValueError, match="another"):
         budget.search_label(*args, preset="tiny", checkpoints=ckpt)  # one search at a time
     epochs.clear()
     record = tmp_path / "trials.json"

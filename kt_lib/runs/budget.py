@@ -38,7 +38,6 @@ every ended trial is also in a committed record (results/tuning/<budget>_trials.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from pathlib import Path
 
 from ..data import load_bundle
 from ..data.prepare import prepare as prepare_raw
-from ..fileio import atomic_write_text
+from ..fileio import atomic_write_text, short_digest
 from ..heads.simakt_config import load_simakt_config
 from ..provenance import ROOT
 from ..train import TrainConfig
@@ -158,6 +157,12 @@ class Budget:
     @property
     def record(self) -> Path:
         return RESULTS / "tuning" / f"{self.name}_trials.json"  # every ended trial, committed
+
+    def chosen(self, path: str | Path | None = None) -> dict[str, dict]:
+        """The labels' chosen configurations in the tuning file (`kt budget best`); {} before
+        it exists."""
+        path = Path(path or self.file)
+        return json.loads(path.read_text(encoding="utf-8"))["labels"] if path.exists() else {}
 
     @property
     def storage(self) -> str:
@@ -369,7 +374,7 @@ def main(argv: list[str] | None = None) -> None:
         print(_status(budget, a.trials))
         return
     if a.cmd == "search" and not a.labels:  # chosen before, trials unrecorded: not again
-        chosen = json.loads(budget.file.read_text())["labels"] if budget.file.exists() else {}
+        chosen = budget.chosen()
         store = a.storage or budget.storage
         skip = [x for x in labels if x in chosen and not finished_trials(store, x)]
         for label in skip:
@@ -413,7 +418,7 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(a.out or budget.file)
     # a label chosen before (its tuned rows may have run) is kept when the storage has none of
     # its trials (the ordinal DKT's 20 ran before trials were recorded): never dropped silently
-    old = json.loads(out.read_text(encoding="utf-8"))["labels"] if out.exists() else {}
+    old = budget.chosen(out)
     store = a.storage or budget.storage
     kept = {label: cfg for label, cfg in old.items()
             if label in budget.labels and _load(store, label) is None}  # fmt: skip
@@ -428,15 +433,11 @@ def _checkpoints(budget: Budget, storage: str | None) -> Path:
     """The trials' epoch checkpoints: a folder per budget, and per storage when not the budget's
     (trial numbers and seeded settings repeat across storages)."""
     folder = CHECKPOINTS / "budget" / budget.name
-    return folder if storage is None else folder / f"storage-{_digest(storage)}"
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()[:10]
+    return folder if storage is None else folder / f"storage-{short_digest(storage)}"
 
 
 def _status(budget: Budget, target: int) -> str:
-    chosen = json.loads(budget.file.read_text())["labels"] if budget.file.exists() else {}
+    chosen = budget.chosen()
     rows = [summary(budget.storage, label, target) for label in budget.labels]
     for r in rows:  # a label chosen before trials were recorded (the search leaves it out)
         if r["label"] in chosen:

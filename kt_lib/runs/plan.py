@@ -9,13 +9,13 @@ and the studies all plan through this module, so they cannot drift apart.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..data.formats.detect import detect_format
+from ..fileio import short_digest
 from ..train import TrainConfig
 from .data import DataSpec
 from .execute import train_settings
@@ -73,8 +73,7 @@ def fold_plan(
 def run_key(dataset: str, model: str, fold, seed: int, preset: str, settings: dict) -> str:
     """Identity of one leaderboard run: dataset, model, fold, seed, preset and a short hash of
     everything else that changes its result (training settings, model overrides, simulator)."""
-    blob = json.dumps(settings, sort_keys=True, default=str).encode()
-    digest = hashlib.sha1(blob).hexdigest()[:10]
+    digest = short_digest(json.dumps(settings, sort_keys=True, default=str))
     return f"{dataset}/{model}/fold={fold}/seed={seed}/{preset}/{digest}"
 
 

@@ -21,7 +21,6 @@ Optuna samples, prunes and stores; this module only states the space and the obj
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import signal
@@ -34,7 +33,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..checkpoint import remove_checkpoint
-from ..fileio import held
+from ..fileio import locked, short_digest
 from ..heads.inter.trajectory import SEED_MEMORY_SIZE
 from ..heads.simakt_config import load_simakt_config
 from ..models import MODELS
@@ -179,7 +178,7 @@ def _optimise(
     )
     with ExitStack() as stack:
         if checkpoints is not None and storage is not None:
-            stack.enter_context(held(Path(checkpoints) / "search"))
+            stack.enter_context(locked(Path(checkpoints) / "search", wait=False))
             stack.enter_context(_interrupt_leaves_trials_running())
             n_trials -= _finish_stale(study, objective, callbacks)
         study.optimize(  # a trial whose settings a model cannot take fails alone (state FAIL)
@@ -219,7 +218,7 @@ def _trial_prefix(folder, trial, settings: dict) -> str:
     """A trial's epoch checkpoint prefix: its number and a digest of its study and settings
     (the folder is per storage: `kt budget search --storage` gets its own)."""
     key = json.dumps([trial.study.study_name, settings], sort_keys=True, default=str)
-    return str(Path(folder) / f"trial{trial.number}-{hashlib.sha1(key.encode()).hexdigest()[:12]}")
+    return str(Path(folder) / f"trial{trial.number}-{short_digest(key, 12)}")
 
 
 def _finish_stale(study, objective, callbacks=()) -> int:

@@ -59,9 +59,7 @@ def render(study, path: str | Path | None = None) -> str:
             device=_devices(part),
         )
         if study.breakdown:
-            for col in BREAKDOWN:
-                v = part[f"test_auc@{col}"].dropna() if f"test_auc@{col}" in part else []
-                row[f"auc {col}"] = f"{v.mean():.4f}" if len(v) else "-"
+            row.update(_bucket_means(part, BREAKDOWN)[1])
         rows.append(row)
     out = [to_markdown(pd.DataFrame(rows), index=False)]
     if len(shown) > len(metrics):
@@ -109,13 +107,18 @@ def _by_length(groups) -> str | None:
     when no run stores it (runs recorded before the breakdown)."""
     rows = []
     for (dataset, model), part in groups:
-        cols = {q: part[f"test_auc@{q}"].dropna() if f"test_auc@{q}" in part else []
-                for q in LENGTHS}  # fmt: skip
-        n = max(len(v) for v in cols.values())
+        n, means = _bucket_means(part, LENGTHS)
         if n:
-            means = {f"auc {q}": f"{v.mean():.4f}" if len(v) else "-" for q, v in cols.items()}
             rows.append({"dataset": dataset, "model": model, "runs": n, **means})
     return to_markdown(pd.DataFrame(rows), index=False) if rows else None
+
+
+def _bucket_means(part: pd.DataFrame, buckets) -> tuple[int, dict[str, str]]:
+    """(the most runs any bucket has, {"auc BUCKET": mean test AUC or "-"}) of a cell's runs
+    over `buckets` (`test_auc@BUCKET` columns; runs recorded before them have none)."""
+    cols = {b: part[f"test_auc@{b}"].dropna() if f"test_auc@{b}" in part else [] for b in buckets}
+    means = {f"auc {b}": f"{v.mean():.4f}" if len(v) else "-" for b, v in cols.items()}
+    return max(len(v) for v in cols.values()), means
 
 
 def render_summary(study, path: str | Path | None = None) -> str:

@@ -6,7 +6,6 @@ studies of record: the `simakt_tuned` study (seed 000 under an equal budget), an
 from __future__ import annotations
 
 import dataclasses
-import json
 import warnings
 from pathlib import Path
 
@@ -17,10 +16,7 @@ from .study import Part, Study
 def tuned_variants(budget: Budget, path: str | Path | None = None) -> dict[str, dict]:
     """{<label>_tuned: {"model": ..., "lr": ..., **fields}} from the budget's tuning file; {}
     when there is none."""
-    path = Path(path or budget.file)
-    if not path.exists():
-        return {}
-    configs = json.loads(path.read_text(encoding="utf-8"))["labels"]
+    configs = budget.chosen(path)
     return {
         f"{k}_tuned": {"model": v["model"], **({"lr": v["lr"]} if v.get("lr") else {}),
                        **v["fields"]}
