@@ -96,6 +96,9 @@ def test_a_run_in_flight_costs_its_epochs_left_at_its_own_pace(tmp_path, killed)
     parking.price_in_flight(study.name, 4, left, tmp_path / "ck_a", tmp_path / "none")
     assert left[0]["in_flight"] == pytest.approx(2 * run.epoch_seconds)  # epochs 2 and 3 left
     assert "in_flight" not in left[1]
+    longer = [{"key": whole["run_key"], "epochs": 10}]  # a variant's own cap stands for the study's
+    parking.price_in_flight(study.name, 4, longer, tmp_path / "ck_a", tmp_path / "none")
+    assert longer[0]["in_flight"] == pytest.approx(8 * run.epoch_seconds)
 
 
 def test_a_parked_run_the_study_no_longer_plans_is_dropped(tmp_path, killed):

@@ -183,9 +183,10 @@ def price_in_flight(
 ) -> None:
     """Give each plan entry of `left` whose run has an epoch checkpoint (this checkout's, else
     parked) an "in_flight" cost: the seconds its epochs left to the `epochs` cap take at its
-    own pace (mean training seconds of its finished epochs; early stopping may end it sooner)."""
+    own pace (mean training seconds of its finished epochs; early stopping may end it sooner);
+    an entry's own "epochs" (a variant's cap) stands for `epochs`."""
     flying = {r.name: r for r in [*parked(study, parked_root), *in_flight(study, checkpoints)]}
     for p in left:
         r = flying.get(checkpoint_name(p["key"]))
         if r is not None and not math.isnan(r.epoch_seconds):
-            p["in_flight"] = max(epochs - r.epoch - 1, 0) * r.epoch_seconds
+            p["in_flight"] = max(p.get("epochs", epochs) - r.epoch - 1, 0) * r.epoch_seconds

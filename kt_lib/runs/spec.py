@@ -120,20 +120,22 @@ class RunSpec:
 class Variant:
     """A labelled configuration of a registered model, e.g. ikt3_lambda0 = ikt3 with
     lambda_target 0: its rows carry the label as `model` and the model as `variant_of`. `lr`
-    (a tuned configuration's learning rate) and `precision` (fp32, tf32, bf16, auto: a precision
-    study's rows) beside the fields are the training settings a variant may carry: its runs train
-    with them, the rest of the recipe as every row's."""
+    (a tuned configuration's learning rate), `precision` (fp32, tf32, bf16, auto: a precision
+    study's rows) and `epochs` (a longer cap: were runs stopped by the recipe's still improving?)
+    beside the fields are the training settings a variant may carry: its runs train with them,
+    the rest of the recipe as every row's."""
 
     label: str
     model: str
     fields: dict[str, Any] = field(default_factory=dict)
     lr: float | None = None
     precision: str | None = None
+    epochs: int | None = None
 
     @classmethod
     def parse(cls, label: str, given: Mapping | str) -> Variant:
-        """A variant from {"model": name, ["lr": rate,] ["precision": p,] **fields} (or a bare
-        model name)."""
+        """A variant from {"model": name, ["lr": rate,] ["precision": p,] ["epochs": cap,]
+        **fields} (or a bare model name)."""
         fields = dict(given) if isinstance(given, Mapping) else {"model": given}
         model = fields.pop("model", None)
         lr = fields.pop("lr", None)
@@ -144,6 +146,10 @@ class Variant:
             raise ValueError(
                 f"variant {label!r}: precision must be one of {PRECISIONS}, got {precision!r}"
             )
+        epochs = fields.pop("epochs", None)
+        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int)
+                                   or epochs < 1):  # fmt: skip
+            raise ValueError(f"variant {label!r}: epochs must be an integer >= 1, got {epochs!r}")
         if label in MODELS:
             raise ValueError(
                 f"variant {label!r} has the name of a registered model; give it another label"
@@ -154,7 +160,7 @@ class Variant:
                 f"models: {', '.join(sorted(MODELS))}"
             )
         checked = check_fields(model, fields, f"variant {label!r}")
-        return cls(label, model, checked, None if lr is None else float(lr), precision)
+        return cls(label, model, checked, None if lr is None else float(lr), precision, epochs)
 
 
 @dataclass(frozen=True)
@@ -201,10 +207,12 @@ class ModelSettings:
         return self.variants[name].model if name in self.variants else name
 
     def train_of(self, name: str, train: TrainConfig) -> TrainConfig:
-        """The training config of `name`'s runs: `train`, with a variant's own lr and precision
-        where it has them."""
+        """The training config of `name`'s runs: `train`, with a variant's own lr, precision and
+        epochs cap where it has them."""
         variant = self.variants.get(name)
-        own = {} if variant is None else {"lr": variant.lr, "precision": variant.precision}
+        own = {} if variant is None else {
+            "lr": variant.lr, "precision": variant.precision, "epochs": variant.epochs
+        }  # fmt: skip
         own = {k: v for k, v in own.items() if v is not None}
         return dataclasses.replace(train, **own) if own else train
 

@@ -149,7 +149,7 @@ class Study:
 
     def plan(self, data_root: str | Path = DATA_ROOT) -> list[dict]:
         """Every run of the study: dataset, model (a label), its registered model (`base`), fold,
-        seed and run_key (as `run_plan` keys them), without running anything."""
+        seed, run_key (as `run_plan` keys them) and epochs cap, without running anything."""
         train = self.train_config()
         return [
             dict(
@@ -159,6 +159,7 @@ class Study:
                 fold=r.spec.data.fold,
                 seed=r.spec.seed,
                 key=r.key,
+                epochs=r.spec.train.epochs,
             )  # fmt: skip
             for plan in self.part_plans(data_root)
             for r in plan.runs(train)
