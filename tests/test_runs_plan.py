@@ -116,7 +116,9 @@ def test_a_variant_with_its_own_epochs_cap_trains_with_it_and_keys_it():
     assert runs["dkt_e100"].key.rsplit("/", 1)[1] != runs["dkt"].key.rsplit("/", 1)[1]
     for bad in (0, 2.5, "long", True):
         with pytest.raises(ValueError, match="epochs must be an integer >= 1"):
-            LeaderboardPlan.of([(None, None)], ["x"], variants={"x": {"model": "dkt", "epochs": bad}})
+            LeaderboardPlan.of(
+                [(None, None)], ["x"], variants={"x": {"model": "dkt", "epochs": bad}}
+            )
 
 
 def test_a_variant_with_its_own_precision_trains_with_it_and_keys_it():
