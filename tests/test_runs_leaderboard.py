@@ -224,6 +224,7 @@ def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
     kw = dict(seeds=[0, 1], simulator=sim, progress=False)
     variants = {"dkt_narrow": {"model": "dkt", "d": 4}, "dkt_deep": {"model": "dkt", "n_layers": 2}}
     variants["dkt_deep"]["lr"] = 0.02  # a tuned variant's own learning rate
+    variants["dkt_narrow"].update(epochs=TINY_TRAIN.epochs + 1, batch_size=3)  # its own training
     runs = run_leaderboard(
         [(None, "synthetic")],
         ["dkt", "dkt_narrow", "dkt_deep"],
@@ -242,6 +243,11 @@ def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
     assert runs["run_key"].is_unique
     lrs = {m: r["lr"] for m, r in zip(runs["model"], runs["train"], strict=True)}
     assert lrs["dkt_deep"] == 0.02 and lrs["dkt"] == lrs["dkt_narrow"] == TINY_TRAIN.lr
+    trains = dict(zip(runs["model"], runs["train"], strict=False))  # each row its own recipe
+    assert (trains["dkt_narrow"]["epochs"], trains["dkt_narrow"]["batch_size"]) == (
+        TINY_TRAIN.epochs + 1, 3)  # fmt: skip
+    assert (trains["dkt"]["epochs"], trains["dkt"]["batch_size"]) == (
+        TINY_TRAIN.epochs, TINY_TRAIN.batch_size)  # fmt: skip
     assert set(load_results(tmp_path / "board.json")["model"]) == set(runs["model"])
     paired = compare_pairs(runs, ["dkt_narrow:dkt"])
     assert paired["n_pairs"].iloc[0] == 2

@@ -103,22 +103,31 @@ def test_a_variant_with_its_own_lr_trains_with_it_and_keys_it():
             LeaderboardPlan.of([(None, None)], ["x"], variants={"x": {"model": "dkt", "lr": bad}})
 
 
-def test_a_variant_with_its_own_epochs_cap_trains_with_it_and_keys_it():
+def test_a_variant_with_its_own_epochs_and_batch_size_trains_with_them_and_keys_them():
     from kt_lib.runs.plan import LeaderboardPlan
     from kt_lib.train import TrainConfig
 
-    variants = {"dkt_e100": {"model": "dkt", "epochs": 100}}
-    plan = LeaderboardPlan.of([(None, None)], ["dkt", "dkt_e100"], variants=variants)
+    variants = {
+        "dkt_e100": {"model": "dkt", "epochs": 100},
+        "dkt_b10": {"model": "dkt", "batch_size": 10, "epochs": 100, "d": 8},
+        "dkt_none": {"model": "dkt", "lr": None},  # None: the recipe's
+    }
+    plan = LeaderboardPlan.of([(None, None)], ["dkt", *variants], variants=variants)
     train = TrainConfig(lr=1e-3, epochs=30, patience=5)
     runs = {r.name: r for r in plan.runs(train)}
     assert runs["dkt_e100"].spec.train.epochs == 100 and runs["dkt"].spec.train.epochs == 30
     assert runs["dkt_e100"].spec.train.patience == 5  # the rest of the recipe as every row's
-    assert runs["dkt_e100"].key.rsplit("/", 1)[1] != runs["dkt"].key.rsplit("/", 1)[1]
-    for bad in (0, 2.5, "long", True):
-        with pytest.raises(ValueError, match="epochs must be an integer >= 1"):
-            LeaderboardPlan.of(
-                [(None, None)], ["x"], variants={"x": {"model": "dkt", "epochs": bad}}
-            )
+    b10 = runs["dkt_b10"].spec
+    assert (b10.train.batch_size, b10.train.epochs, b10.fields) == (10, 100, {"d": 8})
+    assert runs["dkt_none"].spec.train is train
+    keys = {runs[n].key.rsplit("/", 1)[1] for n in ("dkt", "dkt_e100", "dkt_b10")}
+    assert len(keys) == 3  # each setting is in the key
+    for name in ("epochs", "batch_size"):
+        for bad in (0, 2.5, "long", True):
+            with pytest.raises(ValueError, match=f"{name} must be an integer >= 1"):
+                LeaderboardPlan.of(
+                    [(None, None)], ["x"], variants={"x": {"model": "dkt", name: bad}}
+                )
 
 
 def test_a_variant_with_its_own_precision_trains_with_it_and_keys_it():

@@ -93,7 +93,6 @@ def run_plan(
     with its `error` and `traceback` (on_error="raise": stop at the first)."""
     path = Path(results_file) if results_file is not None else None
     done = finished_runs(path)
-    settings = plan.settings_of(train_config)
     rows: list[dict | None] = []
     todo: list[tuple[int, PlannedRun]] = []
     for run in plan.runs(train_config):
@@ -131,11 +130,10 @@ def run_plan(
             native=out.native,
             commit=commit,
             date=now(),
-            # the plan's recipe; a variant's own lr and precision show in its row (the
+            # the run's own recipe: a variant's training settings show in its row (the
             # precision resolved: None trains fp32 on a CPU, tf32 on CUDA)
             train={
-                **settings,
-                "lr": spec.train.lr,
+                **plan.settings_of(spec.train),
                 "precision": resolve_precision(spec.train.precision, spec.train.device),
             },
         )

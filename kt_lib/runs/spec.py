@@ -116,40 +116,51 @@ class RunSpec:
         return self
 
 
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+# the training settings a variant may carry beside its model fields: name -> (check, wanted)
+VARIANT_TRAINING = {
+    "lr": (
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
+        "a number > 0",
+    ),  # fmt: skip
+    "precision": (lambda v: v in PRECISIONS, f"one of {PRECISIONS}"),
+    "epochs": (_positive_int, "an integer >= 1"),
+    "batch_size": (_positive_int, "an integer >= 1"),
+}
+
+
 @dataclass(frozen=True)
 class Variant:
     """A labelled configuration of a registered model, e.g. ikt3_lambda0 = ikt3 with
-    lambda_target 0: its rows carry the label as `model` and the model as `variant_of`. `lr`
-    (a tuned configuration's learning rate), `precision` (fp32, tf32, bf16, auto: a precision
-    study's rows) and `epochs` (a longer cap: were runs stopped by the recipe's still improving?)
-    beside the fields are the training settings a variant may carry: its runs train with them,
-    the rest of the recipe as every row's."""
+    lambda_target 0: its rows carry the label as `model` and the model as `variant_of`.
+    Beside the model fields a variant may carry training settings (`VARIANT_TRAINING`): `lr` (a
+    tuned configuration's learning rate), `precision` (fp32, tf32, bf16, auto: a precision
+    study's rows), `epochs` and `batch_size` (an author's own training, e.g. a longer cap: were
+    the recipe's runs still improving?). Its runs train with them, the rest of the recipe as
+    every row's."""
 
     label: str
     model: str
     fields: dict[str, Any] = field(default_factory=dict)
-    lr: float | None = None
-    precision: str | None = None
-    epochs: int | None = None
+    train: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, label: str, given: Mapping | str) -> Variant:
-        """A variant from {"model": name, ["lr": rate,] ["precision": p,] ["epochs": cap,]
-        **fields} (or a bare model name)."""
+        """A variant from {"model": name, [lr, precision, epochs, batch_size,] **fields} (or a
+        bare model name)."""
         fields = dict(given) if isinstance(given, Mapping) else {"model": given}
         model = fields.pop("model", None)
-        lr = fields.pop("lr", None)
-        if lr is not None and (isinstance(lr, bool) or not isinstance(lr, int | float) or lr <= 0):
-            raise ValueError(f"variant {label!r}: lr must be a number > 0, got {lr!r}")
-        precision = fields.pop("precision", None)
-        if precision is not None and precision not in PRECISIONS:
-            raise ValueError(
-                f"variant {label!r}: precision must be one of {PRECISIONS}, got {precision!r}"
-            )
-        epochs = fields.pop("epochs", None)
-        if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int)
-                                   or epochs < 1):  # fmt: skip
-            raise ValueError(f"variant {label!r}: epochs must be an integer >= 1, got {epochs!r}")
+        train = {k: fields.pop(k) for k in VARIANT_TRAINING if k in fields}
+        train = {k: v for k, v in train.items() if v is not None}  # None: the recipe's
+        for name, value in train.items():
+            ok, wanted = VARIANT_TRAINING[name]
+            if not ok(value):
+                raise ValueError(f"variant {label!r}: {name} must be {wanted}, got {value!r}")
+        if "lr" in train:
+            train["lr"] = float(train["lr"])
         if label in MODELS:
             raise ValueError(
                 f"variant {label!r} has the name of a registered model; give it another label"
@@ -160,7 +171,7 @@ class Variant:
                 f"models: {', '.join(sorted(MODELS))}"
             )
         checked = check_fields(model, fields, f"variant {label!r}")
-        return cls(label, model, checked, None if lr is None else float(lr), precision, epochs)
+        return cls(label, model, checked, train)
 
 
 @dataclass(frozen=True)
@@ -207,13 +218,10 @@ class ModelSettings:
         return self.variants[name].model if name in self.variants else name
 
     def train_of(self, name: str, train: TrainConfig) -> TrainConfig:
-        """The training config of `name`'s runs: `train`, with a variant's own lr, precision and
-        epochs cap where it has them."""
+        """The training config of `name`'s runs: `train`, with a variant's own training settings
+        (lr, precision, epochs, batch size) where it has them."""
         variant = self.variants.get(name)
-        own = {} if variant is None else {
-            "lr": variant.lr, "precision": variant.precision, "epochs": variant.epochs
-        }  # fmt: skip
-        own = {k: v for k, v in own.items() if v is not None}
+        own = {} if variant is None else variant.train
         return dataclasses.replace(train, **own) if own else train
 
     def cell(self, dataset: str, name: str) -> tuple[str, dict]:
