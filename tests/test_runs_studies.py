@@ -116,6 +116,54 @@ def _tiny_study(tmp_path):
     )  # fmt: skip
 
 
+def test_adding_a_model_plans_it_as_if_declared_and_pairs_it_with_the_bases():
+    study = studies.get("leaderboard").only(None, ["statics2011"]).first(2)
+    added = study.adding(["gpcm_irt"])
+    declared = dataclasses.replace(
+        study, parts=(*study.parts, studies.Part((("statics2011", "line3"),), ("gpcm_irt",)))
+    )
+    mine = {r["key"] for r in added.plan() if r["model"] == "gpcm_irt"}
+    assert mine and mine == {r["key"] for r in declared.plan() if r["model"] == "gpcm_irt"}
+    assert len(mine) == 2  # the narrowed study's folds
+    assert {("gpcm_irt", "dkt"), ("gpcm_irt", "akt")} <= set(added.pairs)
+    assert study.adding(None) is study
+    with pytest.raises(ValueError, match="has 'dkt' already"):
+        study.adding(["dkt"])
+    with pytest.raises(ValueError, match="not a registered model"):
+        study.adding(["nope"])
+
+
+def test_run_add_trains_a_new_model_into_a_file_of_ones_own_and_pairs_it(
+    tmp_path, monkeypatch, capsys
+):
+    """`kt study run NAME --add M --out FILE`: M's runs (and no others) land in FILE, keyed as if
+    the study declared M, and pair with the study's own rows across the two files."""
+    from kt_lib.runs.results import load_results
+    from kt_lib.runs.stats import compare_pairs
+
+    study = dataclasses.replace(_tiny_study(tmp_path), pairs=(("dkt", "dkt"),))
+    monkeypatch.setitem(studies.STUDIES, "tiny", study)
+    data, own = tmp_path / "data", tmp_path / "tiny.json"
+    studies.run(study, data, path=own, checkpoints=None, progress=False)
+    with pytest.raises(SystemExit) as exc:
+        studies.main(["run", "tiny", "--add", "sakt", "--data-root", str(data)])
+    assert exc.value.code == 2 and "--add: give --out FILE" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        studies.main(["run", "tiny", "--add", "sakt", "--models", "dkt", "--out", "x.json"])
+    assert "--models may name added models only" in capsys.readouterr().err
+    mine = tmp_path / "mine.json"
+    studies.main(["run", "tiny", "--add", "sakt", "--out", str(mine), "--data-root", str(data)])
+    rows = json.loads(mine.read_text())["results"]
+    assert [r["model"] for r in rows] == ["sakt"] and not rows[0].get("error")
+    declared = dataclasses.replace(study, parts=(studies.Part((("tiny", "line3"),), ("sakt",)),))
+    assert rows[0]["run_key"] == declared.plan(data)[0]["key"]
+    both = load_results([own, mine])
+    paired = compare_pairs(both, ["sakt:dkt"], per="dataset")
+    assert paired["n_pairs"].tolist() == [1]
+    studies.main(["status", "tiny", "--add", "sakt", "--out", str(mine), "--data-root", str(data)])
+    assert "tiny: 1 runs done, 0 left" in capsys.readouterr().out
+
+
 def test_a_killed_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):
     """Kill a study's run at the start of epoch 2 (epochs 0-1 checkpointed), start the study
     again: the run resumes at epoch 2, not 0, and its result equals an uninterrupted run's."""

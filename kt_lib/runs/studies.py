@@ -151,6 +151,15 @@ def main(argv: list[str] | None = None) -> None:
             help="only each cell's first N folds (seeds): every cell gets them before any "
             "gets more",
         )
+        s.add_argument(
+            "--add",
+            nargs="+",
+            default=None,
+            metavar="MODEL",
+            help="also these registered models, on every dataset of the study under its recipe "
+            "and folds, paired with its bases (run: into --out, a file of your own; compare with "
+            "`kt leaderboard results/NAME.json FILE --pairs M:dkt ...`)",
+        )
         for flag, what in (("--models", "model"), ("--datasets", "dataset")):
             s.add_argument(
                 flag,
@@ -174,6 +183,17 @@ def main(argv: list[str] | None = None) -> None:
               "studies' runs on one, by cell, model or all; '?': none has run on one)")  # fmt: skip
         return
     study = get(a.name)
+    if getattr(a, "add", None):
+        if a.cmd == "run" and not a.out:
+            p.error(f"--add: give --out FILE (results/{study.name}.json holds the study's "
+                    "declared rows only)")  # fmt: skip
+        if set(a.models or ()) - set(a.add):
+            p.error("with --add, --models may name added models only")
+        try:  # the added models' cells only (--models narrows further): the study's own rows
+            # are in its results file, not in --out
+            study = study.adding(a.add).only(a.models or a.add, a.datasets)
+        except ValueError as e:
+            p.error(str(e))
     if getattr(a, "first", None) is not None:
         if a.first < 1:
             p.error(f"--first {a.first}: must be >= 1")

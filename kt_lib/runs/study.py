@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..data.prepare import prepare as prepare_raw
+from ..models import MODELS
 from ..provenance import ROOT
 from ..train import TrainConfig
 from .plan import LeaderboardPlan
@@ -111,6 +112,30 @@ class Study:
             for p in self.parts
         ]
         return dataclasses.replace(self, parts=tuple(p for p in parts if p.models and p.datasets))
+
+    def adding(self, models: Sequence[str] | None) -> Study:
+        """The study with `models` (registered names, or the study's own variant labels) trained
+        on every one of its datasets under its recipe, preset and folds or seeds, and each paired
+        with every base of the study's pairs (the leaderboard's: DKT and AKT): a new model
+        against the study's cells. Their runs are keyed as if the study declared them, so they
+        pair with its committed rows; `kt study run NAME --add M --out FILE` writes them to a file
+        of one's own."""
+        if not models:
+            return self
+        have = {m for part in self.parts for m in part.models}
+        for m in models:
+            if m in have:
+                raise ValueError(f"study {self.name} has {m!r} already")
+            if m not in MODELS and m not in self.variants:
+                raise ValueError(
+                    f"--add {m!r}: not a registered model (nor a variant of study {self.name}); "
+                    f"models: {', '.join(sorted(MODELS))}"
+                )
+        datasets = tuple(dict.fromkeys(d for part in self.parts for d in part.datasets))
+        bases = list(dict.fromkeys(b for _, b in self.pairs))
+        pairs = self.pairs + tuple((m, b) for m in models for b in bases)
+        part = Part(datasets, tuple(dict.fromkeys(models)))
+        return dataclasses.replace(self, parts=(*self.parts, part), pairs=pairs)
 
     @property
     def path(self) -> Path:
