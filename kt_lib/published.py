@@ -59,6 +59,7 @@ PUBLISHED: tuple[PublishedResult, ...] = (
             ("assist2009", "dkvmn_epochs100", 0.8157),
             ("statics2011", "dkvmn_epochs100", 0.8284),
             ("statics2011", "dkvmn_authors_statics", 0.8284),
+            ("statics2011", "dkvmn_authors_statics_sgd", 0.8284),
         )
     ),
     PublishedResult("assist2009", "dkt", 0.7541, PYKT_PAPER, PYKT_PROTOCOL),

@@ -1,4 +1,4 @@
-"""Generic training loop: AdamW, gradient clipping, early stopping, best checkpoint, resume.
+"""Generic training loop: AdamW or SGD, gradient clipping, early stopping, best checkpoint, resume.
 
 The evaluation protocol (`predict`, `evaluate`, `evaluate_protocols`) lives in kt_lib.evaluate;
 its names stay importable from here.
@@ -49,9 +49,13 @@ class TrainConfig:
     batch_size: int = 64  # training windows per step
     eval_batch_size: int = 128  # windows per evaluation step
     max_len: int = 200  # window length; longer logs are chunked, never truncated
-    lr: float = 1e-3  # AdamW learning rate
-    weight_decay: float = 0.0  # AdamW weight decay
+    lr: float = 1e-3  # learning rate (of every parameter group a model does not set itself)
+    weight_decay: float = 0.0  # AdamW's decoupled weight decay; SGD's L2 term
     grad_clip: float | None = 1.0  # max gradient norm (None: no clipping)
+    optimizer: str = "adamw"  # adamw | sgd (with `momentum`: e.g. the DKVMN authors' recipe)
+    momentum: float = 0.0  # SGD's momentum (sgd only)
+    lr_decay: float = 1.0  # the rate is multiplied by this every `lr_decay_every` epochs...
+    lr_decay_every: int = 0  # ... (0 with lr_decay 1: a constant rate)
     patience: int = 5  # epochs without validation improvement before stopping
     seed: int = 0  # seeds shuffling and dropout inside fit (global RNG state is restored)
     device: str = "cpu"  # where to train
@@ -84,6 +88,27 @@ class TrainConfig:
         require(
             clip is None or (finite(clip) and clip > 0),
             f"TrainConfig.grad_clip must be None (no clipping) or finite > 0, got {clip}",
+        )
+        require(
+            self.optimizer in OPTIMIZERS,
+            f"TrainConfig.optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}",
+        )
+        mom = self.momentum
+        require(finite(mom) and 0 <= mom < 1, f"TrainConfig.momentum must be in [0, 1), got {mom}")
+        require(
+            mom == 0 or self.optimizer == "sgd",
+            f"TrainConfig.momentum {mom} is SGD's: it needs optimizer='sgd' (got "
+            f"{self.optimizer!r})",
+        )
+        decay, every = self.lr_decay, self.lr_decay_every
+        require(
+            finite(decay) and 0 < decay <= 1, f"TrainConfig.lr_decay must be in (0, 1], got {decay}"
+        )
+        require(every >= 0, f"TrainConfig.lr_decay_every must be >= 0, got {every}")
+        require(
+            (decay == 1) == (every == 0),
+            f"TrainConfig.lr_decay ({decay}) and lr_decay_every ({every}) go together: a decay "
+            "below 1 every n >= 1 epochs, or 1 and 0 (a constant rate)",
         )
         require(self.bucket >= 0, f"TrainConfig.bucket must be >= 0, got {self.bucket}")
         require(
@@ -118,6 +143,31 @@ RECIPES: dict[str, dict] = {
         lr=1e-5, batch_size=24, bucket=0, grad_clip=None, weight_decay=0.0, epochs=300, patience=42
     ),
 }
+
+
+OPTIMIZERS = ("adamw", "sgd")
+
+
+def make_optimizer(cfg: TrainConfig, groups: list[dict]) -> torch.optim.Optimizer:
+    """`cfg`'s optimizer over the model's parameter groups; each group remembers its starting
+    rate (`base_lr`), which `epoch_lr` decays."""
+    if cfg.optimizer == "sgd":
+        opt = torch.optim.SGD(
+            groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay
+        )
+    else:
+        opt = torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    for group in opt.param_groups:
+        group["base_lr"] = group["lr"]
+    return opt
+
+
+def epoch_lr(opt: torch.optim.Optimizer, cfg: TrainConfig, epoch: int) -> None:
+    """Set each group's rate for `epoch`: base_lr * lr_decay ** (epoch // lr_decay_every) (a
+    function of the epoch alone, so a resumed run continues the same schedule)."""
+    factor = cfg.lr_decay ** (epoch // cfg.lr_decay_every) if cfg.lr_decay_every else 1.0
+    for group in opt.param_groups:
+        group["lr"] = group["base_lr"] * factor
 
 
 # early-stopping metrics (higher is better); "auc"/"acc" for binary, "qwk"/"acc"/... for ordinal
@@ -207,9 +257,7 @@ def fit(
         tp = time.perf_counter()
         model.prepare(train)  # may set what the parameter groups depend on (SimAKT's influence)
         prepare_seconds = time.perf_counter() - tp  # SimAKT: its memory banks
-        opt = torch.optim.AdamW(
-            model.param_groups(cfg.lr), lr=cfg.lr, weight_decay=cfg.weight_decay
-        )
+        opt = make_optimizer(cfg, model.param_groups(cfg.lr))
         if cfg.resume and _prefix(cfg, "last").with_suffix(".json").exists():
             meta, tensors = load_checkpoint(_prefix(cfg, "last"), cfg.device)  # hash-checked
             model.load_state_dict(tensors["model"])
@@ -225,6 +273,7 @@ def fit(
                 start_epoch = cfg.epochs
         for epoch in range(start_epoch, cfg.epochs):
             torch.manual_seed(cfg.seed + epoch)  # resumed runs replay the same dropout masks
+            epoch_lr(opt, cfg, epoch)
             model.train()
             model.on_epoch_start(epoch, train)
             loader.set_epoch(epoch)

@@ -23,6 +23,12 @@ from tests.conftest import make_tiny_dataset
         ({"precision": "fp16"}, "precision"),
         ({"backend": "gpu"}, "backend"),
         ({"device": "tpu:x"}, "device"),
+        ({"optimizer": "adam"}, "optimizer"),
+        ({"momentum": 0.9}, "momentum .* needs optimizer='sgd'"),
+        ({"optimizer": "sgd", "momentum": 1.0}, "momentum"),
+        ({"lr_decay": 0.5}, "lr_decay .* go together"),
+        ({"lr_decay_every": 3}, "go together"),
+        ({"lr_decay": 0.0, "lr_decay_every": 1}, "lr_decay must be in"),
     ],
 )
 def test_train_config_is_validated_before_any_work(override, field):
@@ -172,3 +178,50 @@ def test_a_bf16_fit_scores_outside_its_context_as_it_did_inside():
     res = fit(model, train, valid, TrainConfig(epochs=3, precision="bf16", progress=False))
     assert res.best_metric > 0.6
     assert abs(evaluate(res.model, valid)["auc"] - res.best_metric) < 0.02
+
+
+def test_sgd_with_a_stepped_rate_updates_as_torch_sgd_does_and_resumes_the_schedule(tmp_path):
+    """optimizer='sgd' is torch's SGD with momentum over the model's groups; the rate is
+    base * lr_decay ** (epoch // lr_decay_every) in every group, a function of the epoch, so a
+    resumed run continues the schedule (equal to a straight run), and a changed schedule
+    changes the result."""
+    from kt_lib.train import epoch_lr, make_optimizer
+
+    cfg = TrainConfig(optimizer="sgd", momentum=0.9, lr=0.1, lr_decay=0.5, lr_decay_every=2)
+    w1, w2 = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(3))
+    opt = make_optimizer(cfg, [{"params": [w1]}, {"params": [w2], "lr": 0.02}])
+    assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["momentum"] == 0.9
+    rates = []
+    for epoch in range(5):
+        epoch_lr(opt, cfg, epoch)
+        rates.append([g["lr"] for g in opt.param_groups])
+    expected = [[0.1, 0.02]] * 2 + [[0.05, 0.01]] * 2 + [[0.025, 0.005]]
+    assert np.allclose(rates, expected)
+    assert isinstance(make_optimizer(TrainConfig(), [{"params": [w1]}]), torch.optim.AdamW)
+
+    train, valid = make_tiny_dataset(n=30, seed=0), make_tiny_dataset(n=10, seed=1)
+
+    def run(epochs=4, **kw):
+        torch.manual_seed(0)
+        model = build_model("dkt", preset="tiny", dataset=train)
+        sgd = dict(optimizer="sgd", momentum=0.9, lr=0.5, lr_decay=0.5, lr_decay_every=1)
+        done = fit(model, train, valid, epochs=epochs, max_len=16, progress=False, patience=9,
+                   **{**sgd, **kw})  # fmt: skip
+        return done, torch.cat([p.detach().flatten() for p in model.parameters()])
+
+    (a, pa), (_, pb) = run(), run(lr_decay=0.9)
+    assert not torch.allclose(pa, pb)  # the schedule is used
+    run(epochs=2, checkpoint=str(tmp_path / "s"))
+    resumed, pr = run(checkpoint=str(tmp_path / "s"), resume=True)
+    cols = [c for c in a.history.columns if "seconds" not in c]
+    assert np.allclose(resumed.history[cols].values, a.history[cols].values, atol=1e-6)
+    assert torch.allclose(pr, pa, atol=1e-6)
+
+
+def test_the_later_training_fields_leave_earlier_run_keys_alone():
+    from kt_lib.runs.execute import LATER_DEFAULTS, train_settings
+
+    plain = train_settings(TrainConfig())
+    assert not set(LATER_DEFAULTS) & set(plain)  # at their defaults: not in a run's identity
+    sgd = train_settings(TrainConfig(optimizer="sgd", momentum=0.9))
+    assert (sgd["optimizer"], sgd["momentum"]) == ("sgd", 0.9) and "lr_decay" not in sgd

@@ -378,7 +378,17 @@ def _stream(
         )
 
 
+# TrainConfig fields added after results files were committed: left out of a run's identity at
+# their defaults, so the keys of every earlier run stay valid
+LATER_DEFAULTS = {"optimizer": "adamw", "momentum": 0.0, "lr_decay": 1.0, "lr_decay_every": 0}
+
+
 def train_settings(train_config: TrainConfig | None) -> dict:
-    """The fields of a `TrainConfig` that change a run's numbers (for run identities)."""
+    """The fields of a `TrainConfig` that change a run's numbers (for run identities; those of
+    `LATER_DEFAULTS` only where they differ from their defaults)."""
     given = asdict(train_config or TrainConfig())
-    return {k: v for k, v in given.items() if k not in BOOKKEEPING}
+    return {
+        k: v
+        for k, v in given.items()
+        if k not in BOOKKEEPING and not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])
+    }

@@ -120,15 +120,23 @@ def _positive_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
 
-# the training settings a variant may carry beside its model fields: name -> (check, wanted)
+def _number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+# the training settings a variant may carry beside its model fields: name -> (check, wanted);
+# their ranges and combinations are TrainConfig.validate's
 VARIANT_TRAINING = {
-    "lr": (
-        lambda v: isinstance(v, int | float) and not isinstance(v, bool) and v > 0,
-        "a number > 0",
-    ),  # fmt: skip
+    "lr": (lambda v: _number(v) and v > 0, "a number > 0"),
     "precision": (lambda v: v in PRECISIONS, f"one of {PRECISIONS}"),
     "epochs": (_positive_int, "an integer >= 1"),
     "batch_size": (_positive_int, "an integer >= 1"),
+    "patience": (_positive_int, "an integer >= 1"),
+    "grad_clip": (lambda v: _number(v) and v > 0, "a number > 0"),
+    "optimizer": (lambda v: isinstance(v, str), "a name"),
+    "momentum": (_number, "a number"),
+    "lr_decay": (_number, "a number"),
+    "lr_decay_every": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
 }
 
 
@@ -138,9 +146,9 @@ class Variant:
     lambda_target 0: its rows carry the label as `model` and the model as `variant_of`.
     Beside the model fields a variant may carry training settings (`VARIANT_TRAINING`): `lr` (a
     tuned configuration's learning rate), `precision` (fp32, tf32, bf16, auto: a precision
-    study's rows), `epochs` and `batch_size` (an author's own training, e.g. a longer cap: were
-    the recipe's runs still improving?). Its runs train with them, the rest of the recipe as
-    every row's."""
+    study's rows), and an author's own training (`epochs`, `batch_size`, `patience`,
+    `grad_clip`, `optimizer`, `momentum`, `lr_decay`, `lr_decay_every`: e.g. a longer cap, or
+    SGD with a stepped rate). Its runs train with them, the rest of the recipe as every row's."""
 
     label: str
     model: str
@@ -149,8 +157,8 @@ class Variant:
 
     @classmethod
     def parse(cls, label: str, given: Mapping | str) -> Variant:
-        """A variant from {"model": name, [lr, precision, epochs, batch_size,] **fields} (or a
-        bare model name)."""
+        """A variant from {"model": name, [training settings,] **fields} (or a bare model
+        name)."""
         fields = dict(given) if isinstance(given, Mapping) else {"model": given}
         model = fields.pop("model", None)
         train = {k: fields.pop(k) for k in VARIANT_TRAINING if k in fields}
@@ -159,8 +167,13 @@ class Variant:
             ok, wanted = VARIANT_TRAINING[name]
             if not ok(value):
                 raise ValueError(f"variant {label!r}: {name} must be {wanted}, got {value!r}")
-        if "lr" in train:
-            train["lr"] = float(train["lr"])
+        for name in ("lr", "grad_clip", "momentum", "lr_decay"):
+            if name in train:
+                train[name] = float(train[name])
+        try:  # ranges and combinations (momentum needs SGD, a decay its period), over defaults
+            dataclasses.replace(TrainConfig(), **train).validate()
+        except ValueError as e:
+            raise ValueError(f"variant {label!r}: {e}") from e
         if label in MODELS:
             raise ValueError(
                 f"variant {label!r} has the name of a registered model; give it another label"
@@ -219,7 +232,7 @@ class ModelSettings:
 
     def train_of(self, name: str, train: TrainConfig) -> TrainConfig:
         """The training config of `name`'s runs: `train`, with a variant's own training settings
-        (lr, precision, epochs, batch size) where it has them."""
+        where it has them."""
         variant = self.variants.get(name)
         own = {} if variant is None else variant.train
         return dataclasses.replace(train, **own) if own else train
