@@ -262,7 +262,10 @@ def fit(
             meta, tensors = load_checkpoint(_prefix(cfg, "last"), cfg.device)  # hash-checked
             model.load_state_dict(tensors["model"])
             model.load_extra_state(tensors.get("extra", {}))
+            bases = [g["base_lr"] for g in opt.param_groups]
             opt.load_state_dict(tensors["optimizer"])
+            for group, base in zip(opt.param_groups, bases, strict=True):  # checkpoints from
+                group["base_lr"] = base  # before the schedule have none: this run's starting rates
             rows = meta["history"]
             start_epoch, waited = meta["epoch"] + 1, meta["waited"]
             # checkpoints before "seconds" was saved: their epochs' training time (no evaluation)

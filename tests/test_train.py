@@ -225,3 +225,35 @@ def test_the_later_training_fields_leave_earlier_run_keys_alone():
     assert not set(LATER_DEFAULTS) & set(plain)  # at their defaults: not in a run's identity
     sgd = train_settings(TrainConfig(optimizer="sgd", momentum=0.9))
     assert (sgd["optimizer"], sgd["momentum"]) == ("sgd", 0.9) and "lr_decay" not in sgd
+
+
+def test_a_checkpoint_from_before_the_rate_schedule_resumes(tmp_path, monkeypatch):
+    """Epoch checkpoints written before the schedule existed hold optimizer groups without
+    `base_lr`: resuming one trains on (a KeyError there would fail every run left in flight),
+    equal to a straight run."""
+    import kt_lib.train as train_module
+
+    train, valid = make_tiny_dataset(n=30, seed=0), make_tiny_dataset(n=10, seed=1)
+
+    def run(epochs, **kw):
+        torch.manual_seed(0)
+        model = build_model("dkt", preset="tiny", dataset=train)
+        return fit(model, train, valid, epochs=epochs, max_len=16, progress=False, patience=9,
+                   **kw)  # fmt: skip
+
+    straight = run(3)
+    made = train_module.make_optimizer
+
+    def old_style(cfg, groups):  # the optimizer as it was: no base_lr, a constant rate
+        opt = made(cfg, groups)
+        for group in opt.param_groups:
+            del group["base_lr"]
+        return opt
+
+    with monkeypatch.context() as m:
+        m.setattr(train_module, "make_optimizer", old_style)
+        m.setattr(train_module, "epoch_lr", lambda opt, cfg, epoch: None)
+        run(2, checkpoint=str(tmp_path / "old"))
+    resumed = run(3, checkpoint=str(tmp_path / "old"), resume=True)
+    cols = [c for c in straight.history.columns if "seconds" not in c]
+    assert np.allclose(resumed.history[cols].values, straight.history[cols].values, atol=1e-6)
