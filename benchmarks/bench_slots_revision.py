@@ -6,11 +6,13 @@ Block 4 kernel: its step is the same in both columns, measured in the same round
     python benchmarks/bench_slots_revision.py --base REV [--models akt dtransformer simakt]
         [--repeats 3] [--threads 1] [--out benchmarks/results/slots_revision_cpu.json]
 
-The base's two files are read with `git show`, its C compiled with the native kernels' flags
-into a temporary folder, and its module loaded beside ours (`kt_lib.nn.attention.slots` is
-swapped per round). Paper preset, B=64, L=200, on CPU (`bench_models.build_ours`); medians over
-the repeats after one warm-up round; also the largest difference of the eval logits and of a
-training step's gradients between the two versions.
+The base's two files (and the C header they share) are read with `git show`, its C compiled
+with the native kernels' flags into a temporary folder, and its module loaded beside ours
+(`kt_lib.nn.attention.slots` is swapped per round; the modules it imports, e.g. the
+reference math, are this checkout's). Paper preset, B=64, L=200, on CPU
+(`bench_models.build_ours`); medians over the repeats after one warm-up round; also the
+largest difference of the eval logits and of a training step's gradients between the two
+versions.
 """
 
 from __future__ import annotations
@@ -41,12 +43,15 @@ def base_module(rev: str, tmp: Path):
     ).stdout  # fmt: skip
     src = tmp / "slot_chain.c"
     src.write_text(show("kt_lib/nn/native/slot_chain.c"))
+    (tmp / "fastmath.h").write_text(show("kt_lib/nn/native/fastmath.h"))  # the revision's
     lib_path = tmp / "slot_chain_base.so"
-    flags = [f for f in native.FLAGS if f != "-shared"] + ["-shared"]
-    cmd = ["cc", *flags, f"-I{native.HERE}", "-o", str(lib_path), str(src), "-lm"]
+    cmd = ["cc", *native.FLAGS, f"-I{tmp}", "-o", str(lib_path), str(src), "-lm"]
     subprocess.run(cmd, check=True)
     lib = ctypes.CDLL(str(lib_path))
-    code = show("kt_lib/nn/slots.py").replace('native.load("slot_chain")', "_BASE_LIB")
+    code = show("kt_lib/nn/slots.py")
+    if code.count('native.load("slot_chain")') != 1:  # else it would call this checkout's C
+        sys.exit(f"{rev}: kt_lib/nn/slots.py does not load its chain as this script expects")
+    code = code.replace('native.load("slot_chain")', "_BASE_LIB")
     spec = importlib.util.spec_from_loader("kt_lib.nn.slots_base", loader=None)
     module = importlib.util.module_from_spec(spec)
     module.__package__ = "kt_lib.nn"

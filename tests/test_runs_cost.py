@@ -100,6 +100,11 @@ def test_a_variant_borrows_its_registered_models_runs_before_the_other_kinds():
     left = [{"dataset": "a", "model": "simakt_pwd", "base": "simakt"}]
     (cell,) = cost.cells(rows, left, "cpu", pool)
     assert cell["run_min"] == 60 and cell["basis"] == "registered model"
+    # a variant with its own epochs cap: the registered model's runs scaled by the caps' ratio
+    pool[0]["train"] = {"epochs": 30}
+    assert cost.run_cost(rows, "a", "simakt_pwd", "cpu", pool, "simakt", 90)[0] == 3 * 3600
+    (cell,) = cost.cells(rows, [{**left[0], "epochs": 90}], "cpu", pool)
+    assert cell["run_min"] == 180
 
 
 def test_a_cell_with_a_run_in_flight_costs_its_epochs_left():

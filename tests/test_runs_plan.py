@@ -130,6 +130,27 @@ def test_a_variant_with_its_own_epochs_and_batch_size_trains_with_them_and_keys_
                 )
 
 
+def test_a_variant_with_an_authors_optimiser_is_checked_against_the_plans_recipe():
+    from kt_lib.runs.plan import LeaderboardPlan
+    from kt_lib.train import TrainConfig
+
+    sgd = {"optimizer": "sgd", "momentum": 0.9, "lr_decay": 0.5, "lr_decay_every": 10}
+    variants = {"dkt_sgd": {"model": "dkt", **sgd, "grad_clip": None, "patience": 50}}
+    plan = LeaderboardPlan.of([(None, None)], ["dkt", "dkt_sgd"], variants=variants)
+    run = {r.name: r for r in plan.runs(TrainConfig(grad_clip=1.0))}["dkt_sgd"]
+    t = run.spec.train
+    assert (t.optimizer, t.momentum, t.lr_decay, t.lr_decay_every) == ("sgd", 0.9, 0.5, 10)
+    assert t.grad_clip is None and t.patience == 50  # None: no clipping, not the recipe's 1.0
+    # momentum alone: valid on a plan whose recipe is SGD, refused on an AdamW one
+    alone = {"x": {"model": "dkt", "momentum": 0.5}}
+    on_sgd = LeaderboardPlan.of([(None, None)], ["x"], variants=alone)
+    assert on_sgd.runs(TrainConfig(optimizer="sgd"))[0].spec.train.momentum == 0.5
+    with pytest.raises(ValueError, match=r"variant 'x': .*momentum 0.5 is SGD's"):
+        on_sgd.runs(TrainConfig())
+    with pytest.raises(ValueError, match="optimizer must be a name"):
+        LeaderboardPlan.of([(None, None)], ["x"], variants={"x": {"model": "dkt", "optimizer": 1}})
+
+
 def test_a_variant_with_its_own_precision_trains_with_it_and_keys_it():
     from kt_lib.runs.plan import LeaderboardPlan
     from kt_lib.train import TrainConfig

@@ -22,6 +22,10 @@ def test_every_planned_run_is_in_the_committed_results(name):
     study = studies.get(name)
     rows, left, _ = studies.status(study)
     assert study.filling or not left, f"{name}: {len(left)} runs missing, e.g. {left[0]}"
+    # and every committed run is one the study plans: a changed key would orphan its row
+    planned = {p["key"] for p in study.plan()}
+    orphans = [r["run_key"] for r in rows if r.get("run_key") not in planned]
+    assert not orphans, f"{name}: {len(orphans)} committed runs the study no longer plans"
     for r in rows:
         assert r["commit"] and r["commit"] != "unknown" and r["wall_seconds"] > 0, r["run_key"]
         assert r["device_name"] and r["date"] and "train" in r
@@ -125,8 +129,10 @@ def test_adding_a_model_plans_it_as_if_declared_and_pairs_it_with_the_bases():
     mine = {r["key"] for r in added.plan() if r["model"] == "gpcm_irt"}
     assert mine and mine == {r["key"] for r in declared.plan() if r["model"] == "gpcm_irt"}
     assert len(mine) == 2  # the narrowed study's folds
-    assert {("gpcm_irt", "dkt"), ("gpcm_irt", "akt")} <= set(added.pairs)
-    assert study.adding(None) is study
+    assert added.pairs == study.pairs  # compared with `kt leaderboard ... --pairs`
+    twice = study.adding(["gpcm_irt", "gpcm_irt"])
+    assert twice.parts[-1].models == ("gpcm_irt",)
+    assert study.adding(None) is study and study.adding([]) is study
     with pytest.raises(ValueError, match="has 'dkt' already"):
         study.adding(["dkt"])
     with pytest.raises(ValueError, match="not a registered model"):
@@ -145,9 +151,11 @@ def test_run_add_trains_a_new_model_into_a_file_of_ones_own_and_pairs_it(
     monkeypatch.setitem(studies.STUDIES, "tiny", study)
     data, own = tmp_path / "data", tmp_path / "tiny.json"
     studies.run(study, data, path=own, checkpoints=None, progress=False)
-    with pytest.raises(SystemExit) as exc:
-        studies.main(["run", "tiny", "--add", "sakt", "--data-root", str(data)])
-    assert exc.value.code == 2 and "--add: give --out FILE" in capsys.readouterr().err
+    for cmd in ("run", "status", "park"):  # never into the study's own file
+        for out in ([], ["--out", str(study.path)]):
+            with pytest.raises(SystemExit) as exc:
+                studies.main([cmd, "tiny", "--add", "sakt", *out])
+            assert exc.value.code == 2 and "--add: give --out FILE" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         studies.main(["run", "tiny", "--add", "sakt", "--models", "dkt", "--out", "x.json"])
     assert "--models may name added models only" in capsys.readouterr().err
@@ -162,6 +170,8 @@ def test_run_add_trains_a_new_model_into_a_file_of_ones_own_and_pairs_it(
     assert paired["n_pairs"].tolist() == [1]
     studies.main(["status", "tiny", "--add", "sakt", "--out", str(mine), "--data-root", str(data)])
     assert "tiny: 1 runs done, 0 left" in capsys.readouterr().out
+    studies.main(["park", "tiny", "--add", "sakt", "--out", str(mine)])  # nothing in flight
+    assert "0 run(s) in results/inflight/tiny/" in capsys.readouterr().out
 
 
 def test_a_killed_run_resumes_from_its_last_epoch(tmp_path, monkeypatch):

@@ -21,6 +21,7 @@ def run_cost(
     kind: str = "cpu",
     pool: list[dict] | tuple = (),
     base: str | None = None,
+    epochs: int | None = None,
 ) -> tuple[float, str]:
     """(seconds, basis) a run of `model` on `dataset` costs on a device of `kind` ("cpu" or
     "gpu"): the mean wall time of its cell's NEWEST newest finished runs by `date` ("measured";
@@ -33,7 +34,9 @@ def run_cost(
     runs made on that kind of device. Where no run was made
     on one, the other kind's figures are used and the basis says so ("measured on gpu"): a GPU
     run's wall time says little of a CPU's. A model's runs on another dataset are not scaled to
-    this one."""
+    this one. A variant with its own epochs cap (`epochs`) priced from its registered model's
+    runs scales each run's wall time by the ratio of the caps (an upper bound: early stopping
+    may end it sooner)."""
     cell = lambda r: (r["dataset"], r["model"]) == (dataset, model)  # noqa: E731
     same_model = lambda r: r["model"] == model  # noqa: E731
     registered = lambda r: base is not None and (r.get("variant_of") or r["model"]) == base  # noqa: E731
@@ -59,6 +62,9 @@ def run_cost(
             if basis != "guess":  # the newest: kernels get faster (the native chains: -30%)
                 match = sorted(match, key=lambda r: str(r.get("date") or ""))[-NEWEST:]
             walls = [float(r.get("wall_seconds") or 0) for r in match]
+            if epochs and basis.startswith("registered model"):
+                caps = [(r.get("train") or {}).get("epochs") or epochs for r in match]
+                walls = [w * epochs / cap for w, cap in zip(walls, caps, strict=True)]
             if walls:
                 other = "gpu" if kind == "cpu" else "cpu"
                 return sum(walls) / len(walls), basis + ("" if same_kind else f" on {other}")
@@ -75,14 +81,13 @@ def cells(
                                + [(r["dataset"], r["model"]) for r in rows]))  # fmt: skip
     out = []
     for dataset, model in order:
-        n_left = sum((p["dataset"], p["model"]) == (dataset, model) for p in left)
-        base = next((p.get("base") for p in left if (p["dataset"], p["model"]) == (dataset, model)),
-                    None)  # fmt: skip
-        cost, basis = run_cost(rows, dataset, model, kind, pool, base)
+        mine = [p for p in left if (p["dataset"], p["model"]) == (dataset, model)]
+        n_left = len(mine)
+        base, epochs = (mine[0].get("base"), mine[0].get("epochs")) if mine else (None, None)
+        cost, basis = run_cost(rows, dataset, model, kind, pool, base, epochs)
         done = sum((r["dataset"], r["model"]) == (dataset, model) for r in rows)
         # a run resumed from an epoch checkpoint ("in_flight": its epochs left, at most, at
         # its own pace) costs that instead
-        mine = [p for p in left if (p["dataset"], p["model"]) == (dataset, model)]
         flying = [p["in_flight"] for p in mine if "in_flight" in p]
         seconds = sum(flying) + (n_left - len(flying)) * cost if n_left else 0.0
         if flying:
@@ -109,7 +114,9 @@ def kind_hours(rows: list[dict], left: list[dict], kind: str, pool: list[dict] =
     hours = sum(
         p["in_flight"]
         if kind == "cpu" and "in_flight" in p  # measured on this CPU: its epochs left
-        else run_cost(made, p["dataset"], p["model"], kind, borrowed, p.get("base"))[0]
+        else run_cost(
+            made, p["dataset"], p["model"], kind, borrowed, p.get("base"), p.get("epochs")
+        )[0]
         for p in left
     )
     hours /= 3600

@@ -125,14 +125,15 @@ def _number(v) -> bool:
 
 
 # the training settings a variant may carry beside its model fields: name -> (check, wanted);
-# their ranges and combinations are TrainConfig.validate's
+# their ranges and combinations with the plan's recipe are TrainConfig.validate's (train_of).
+# None stands for the recipe's value, except for grad_clip, where it means no clipping
 VARIANT_TRAINING = {
     "lr": (lambda v: _number(v) and v > 0, "a number > 0"),
     "precision": (lambda v: v in PRECISIONS, f"one of {PRECISIONS}"),
     "epochs": (_positive_int, "an integer >= 1"),
     "batch_size": (_positive_int, "an integer >= 1"),
     "patience": (_positive_int, "an integer >= 1"),
-    "grad_clip": (lambda v: _number(v) and v > 0, "a number > 0"),
+    "grad_clip": (lambda v: v is None or (_number(v) and v > 0), "None (no clipping) or > 0"),
     "optimizer": (lambda v: isinstance(v, str), "a name"),
     "momentum": (_number, "a number"),
     "lr_decay": (_number, "a number"),
@@ -162,18 +163,14 @@ class Variant:
         fields = dict(given) if isinstance(given, Mapping) else {"model": given}
         model = fields.pop("model", None)
         train = {k: fields.pop(k) for k in VARIANT_TRAINING if k in fields}
-        train = {k: v for k, v in train.items() if v is not None}  # None: the recipe's
+        train = {k: v for k, v in train.items() if v is not None or k == "grad_clip"}
         for name, value in train.items():
             ok, wanted = VARIANT_TRAINING[name]
             if not ok(value):
                 raise ValueError(f"variant {label!r}: {name} must be {wanted}, got {value!r}")
         for name in ("lr", "grad_clip", "momentum", "lr_decay"):
-            if name in train:
+            if train.get(name) is not None:
                 train[name] = float(train[name])
-        try:  # ranges and combinations (momentum needs SGD, a decay its period), over defaults
-            dataclasses.replace(TrainConfig(), **train).validate()
-        except ValueError as e:
-            raise ValueError(f"variant {label!r}: {e}") from e
         if label in MODELS:
             raise ValueError(
                 f"variant {label!r} has the name of a registered model; give it another label"
@@ -235,7 +232,14 @@ class ModelSettings:
         where it has them."""
         variant = self.variants.get(name)
         own = {} if variant is None else variant.train
-        return dataclasses.replace(train, **own) if own else train
+        if not own:
+            return train
+        mine = dataclasses.replace(train, **own)
+        try:  # ranges and combinations (momentum needs SGD, a decay its period) on this recipe
+            mine.validate()
+        except ValueError as e:
+            raise ValueError(f"variant {name!r}: {e}") from e
+        return mine
 
     def cell(self, dataset: str, name: str) -> tuple[str, dict]:
         """(registered model, config fields) of `name` on `dataset`: a variant's model

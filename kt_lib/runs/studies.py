@@ -61,7 +61,10 @@ def status(
     if kind == "cpu":  # a run with an epoch checkpoint costs its epochs left at its own pace
         price_in_flight(study.name, study.epochs, left)
     cost = sum(
-        p.get("in_flight", run_cost(rows, p["dataset"], p["model"], kind, pool, p.get("base"))[0])
+        p.get(
+            "in_flight",
+            run_cost(rows, p["dataset"], p["model"], kind, pool, p.get("base"), p.get("epochs"))[0],
+        )
         for p in left
     )
     return rows, left, None if math.isnan(cost) else cost
@@ -109,6 +112,18 @@ def run(
         )
 
 
+def _add_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--add",
+        nargs="+",
+        default=None,
+        metavar="MODEL",
+        help="instead of the study's cells, these registered models' on its datasets under its "
+        "recipe and folds, with --out FILE (a file of your own); compare with `kt leaderboard "
+        "results/NAME.json FILE --pairs M:dkt ...`",
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -132,6 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     )  # fmt: skip
     k.add_argument("name", choices=sorted(STUDIES))
     k.add_argument("--out", default=None, help="results file (default results/<name>.json)")
+    _add_argument(k)
     for cmd in ("status", "run"):
         s = sub.add_parser(cmd)
         s.add_argument("name", choices=sorted(STUDIES))
@@ -151,15 +167,7 @@ def main(argv: list[str] | None = None) -> None:
             help="only each cell's first N folds (seeds): every cell gets them before any "
             "gets more",
         )
-        s.add_argument(
-            "--add",
-            nargs="+",
-            default=None,
-            metavar="MODEL",
-            help="also these registered models, on every dataset of the study under its recipe "
-            "and folds, paired with its bases (run: into --out, a file of your own; compare with "
-            "`kt leaderboard results/NAME.json FILE --pairs M:dkt ...`)",
-        )
+        _add_argument(s)
         for flag, what in (("--models", "model"), ("--datasets", "dataset")):
             s.add_argument(
                 flag,
@@ -184,14 +192,15 @@ def main(argv: list[str] | None = None) -> None:
         return
     study = get(a.name)
     if getattr(a, "add", None):
-        if a.cmd == "run" and not a.out:
-            p.error(f"--add: give --out FILE (results/{study.name}.json holds the study's "
-                    "declared rows only)")  # fmt: skip
-        if set(a.models or ()) - set(a.add):
+        if not a.out or Path(a.out).resolve() == study.path.resolve():
+            p.error(f"--add: give --out FILE, a file of your own (results/{study.name}.json holds "
+                    "the study's declared rows only)")  # fmt: skip
+        models, datasets = getattr(a, "models", None), getattr(a, "datasets", None)
+        if set(models or ()) - set(a.add):
             p.error("with --add, --models may name added models only")
         try:  # the added models' cells only (--models narrows further): the study's own rows
             # are in its results file, not in --out
-            study = study.adding(a.add).only(a.models or a.add, a.datasets)
+            study = study.adding(a.add).only(models or a.add, datasets)
         except ValueError as e:
             p.error(str(e))
     if getattr(a, "first", None) is not None:
@@ -224,6 +233,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"wrote {page.relative_to(ROOT)}")
         return
     pool = other_studies_runs(study.name)
+    if a.out and Path(a.out).resolve() != study.path.resolve():  # the study's own rows price too
+        pool += [r for r in read_runs(study.path) if not r.get("error")]
     if a.cmd == "run":
         if a.threads:
             import torch

@@ -115,11 +115,12 @@ class Study:
 
     def adding(self, models: Sequence[str] | None) -> Study:
         """The study with `models` (registered names, or the study's own variant labels) trained
-        on every one of its datasets under its recipe, preset and folds or seeds, and each paired
-        with every base of the study's pairs (the leaderboard's: DKT and AKT): a new model
-        against the study's cells. Their runs are keyed as if the study declared them, so they
-        pair with its committed rows; `kt study run NAME --add M --out FILE` writes them to a file
-        of one's own."""
+        on every one of its datasets (narrow them with `only`: a model that needs problem ids
+        refuses skill-only data, a binary one graded data) under its recipe, preset and folds or
+        seeds. Their runs are keyed as if the study declared them, so they pair with its
+        committed rows (`kt study run NAME --add M --out FILE`, then `kt leaderboard
+        results/NAME.json FILE --pairs M:dkt ...`). The study's pairs are left as they are."""
+        models = list(dict.fromkeys(models or ()))
         if not models:
             return self
         have = {m for part in self.parts for m in part.models}
@@ -132,10 +133,7 @@ class Study:
                     f"models: {', '.join(sorted(MODELS))}"
                 )
         datasets = tuple(dict.fromkeys(d for part in self.parts for d in part.datasets))
-        bases = list(dict.fromkeys(b for _, b in self.pairs))
-        pairs = self.pairs + tuple((m, b) for m in models for b in bases)
-        part = Part(datasets, tuple(dict.fromkeys(models)))
-        return dataclasses.replace(self, parts=(*self.parts, part), pairs=pairs)
+        return dataclasses.replace(self, parts=(*self.parts, Part(datasets, tuple(models))))
 
     @property
     def path(self) -> Path:
