@@ -191,3 +191,19 @@ def test_config_refuses_empty_memory():
         build_model("dkvmn", num_c=5, n_slots=0)
     with pytest.raises(ValueError, match="binary"):
         build_model("deep_irt", num_c=5, K=3)
+
+
+@pytest.mark.parametrize("name", ["dkvmn", "deep_irt"])
+def test_init_std_draws_every_weight_as_the_authors_did(name):
+    """init_std: every weight from N(0, std^2) and every bias zero (the authors' MXNet
+    initializer); without it, pyKT's kaiming-normal memory and torch's defaults."""
+    torch.manual_seed(0)
+    plain = build_model(name, preset="paper", num_c=100)
+    torch.manual_seed(0)
+    authors = build_model(name, preset="paper", num_c=100, init_std=0.1)
+    weights = [p for p in authors.parameters() if p.dim() > 1]
+    assert all(abs(p.std().item() - 0.1) < 0.02 for p in weights if p.numel() > 500)
+    assert all(torch.all(p == 0) for p in authors.parameters() if p.dim() == 1)
+    assert plain.key_emb.weight.std().item() > 0.5  # torch's N(0, 1) embeddings
+    with pytest.raises(ValueError, match="init_std must be None or > 0"):
+        build_model(name, num_c=5, init_std=0.0)

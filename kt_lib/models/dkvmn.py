@@ -12,7 +12,9 @@ Deviations from the authors' (MXNet) and pyKT's code:
 - one `KeyValueMemory` block (kt_lib/nn/memory.py); padded steps write nothing;
 - key dim, value dim and summary dim are separate fields (the authors' layout); pyKT ties all
   three to dim_s (its sizes are the `pykt` preset);
-- kaiming-normal init of M^k and M^v_0 (pyKT's), dropout on f_t before the output (pyKT's).
+- kaiming-normal init of M^k and M^v_0 (pyKT's), dropout on f_t before the output (pyKT's);
+  `init_std` draws every weight from N(0, init_std^2) and zeroes the biases instead (the
+  authors' MXNet initializer: 0.1 in their main.py).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class DKVMNConfig(BaseConfig):
     d_summary: int = 50  # Df: summary vector f_t ("final_fc_dim")
     n_slots: int = 20  # M: memory slots (latent concepts, "memory_size")
     dropout: float = 0.0  # dropout on f_t before the output layer (the authors have none)
+    init_std: float | None = None  # None: pyKT's init; a std: the authors' (every weight normal)
 
     BINARY = True
     PRESETS = {
@@ -53,6 +56,8 @@ class DKVMNConfig(BaseConfig):
         super().validate()
         for name in ("d_key", "d_value", "d_summary", "n_slots"):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
+        std = self.init_std
+        require(std is None or std > 0, f"init_std must be None or > 0, got {std}")
 
 
 @dataclass
@@ -80,6 +85,12 @@ class DKVMN(KTModel):
         self.summary = nn.Linear(c.d_value + c.d_key, c.d_summary)
         self.drop = Dropout(c.dropout)
         self.out = self.output_layer(c)
+        if c.init_std is not None:  # the authors' initializer: weights normal, biases zero
+            for param in self.parameters():
+                if param.dim() > 1:
+                    nn.init.normal_(param, 0.0, c.init_std)
+                else:
+                    nn.init.zeros_(param)
 
     def output_layer(self, c: DKVMNConfig) -> nn.Module:
         """The layer from f_t to the logit (a subclass may swap it)."""

@@ -43,11 +43,14 @@ _BASELINE_VARIANTS = {
     # ... then with their optimiser too: SGD at 0.01, momentum 0.9, the rate times 0.667 every
     # 20 epochs, gradient norm 50, the best of 100 epochs (no early stopping)
     "dkvmn_authors_statics_sgd": _DKVMN_STATICS | _DKVMN_SGD,
+    # ... and their initializer (every weight normal with std 0.1, biases zero)
+    "dkvmn_authors_statics_sgd_init": _DKVMN_STATICS | _DKVMN_SGD | {"init_std": 0.1},
 }
 # the baselines study's diagnostics: rows that test a reproduction, not the leaderboard's models
 _DIAGNOSTICS = ("atkt_pykt", "sparsekt_topk_pykt", "extrakt_lr1e-4", "robustkt_lr1e-4")
 _DIAGNOSTICS += ("skvmn_pykt_write", "sparsekt_topk_lr1e-4", "dkvmn_epochs100")
 _DIAGNOSTICS += ("dkvmn_authors_statics", "dkvmn_authors_statics_sgd")
+_DIAGNOSTICS += ("dkvmn_authors_statics_sgd_init",)
 SKILL_BASELINES = (
     "deep_irt",
     "dkvmn",
@@ -189,7 +192,14 @@ DECLARED = {
                 Part((A15,), SKILL_BASELINES),
                 # was the cap the limit? fold 1 of the leaderboard's DKVMN cells, capped at 100
                 Part((STATICS, A09), ("dkvmn_epochs100",)),
-                Part((STATICS,), ("dkvmn_authors_statics", "dkvmn_authors_statics_sgd")),
+                Part(
+                    (STATICS,),
+                    (
+                        "dkvmn_authors_statics",
+                        "dkvmn_authors_statics_sgd",
+                        "dkvmn_authors_statics_sgd_init",
+                    ),
+                ),  # fmt: skip
             ),
             variants=_BASELINE_VARIANTS,
             folds=1,
