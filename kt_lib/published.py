@@ -61,6 +61,7 @@ PUBLISHED: tuple[PublishedResult, ...] = (
             ("statics2011", "dkvmn_authors_statics", 0.8284),
             ("statics2011", "dkvmn_authors_statics_sgd", 0.8284),
             ("statics2011", "dkvmn_authors_statics_sgd_init", 0.8284),
+            ("statics2011", "dkvmn_authors_statics_sgd_sum", 0.8284),
         )
     ),
     PublishedResult("assist2009", "dkt", 0.7541, PYKT_PAPER, PYKT_PROTOCOL),
