@@ -4,6 +4,7 @@ forms that run the same code."""
 from __future__ import annotations
 
 import functools
+import json
 
 import pytest
 from cli_helpers import run_many
@@ -48,6 +49,8 @@ def test_kt_help_lists_every_subcommand_and_each_answers_help(capsys):
         (["run", "--models", "no_such_model"], "unknown model 'no_such_model'"),
         (["run", "--models", "dkt", "--epochs", "-3"], "argument --epochs: must be >= 1, got -3"),
         (["run", "--models", "dkt", "--lr", "nan"], "argument --lr: must be finite > 0"),
+        (["run", "--models", "dkt", "--momentum", "0.9"], "momentum 0.9 is SGD's"),
+        (["run", "--models", "dkt", "--lr-decay", "0.5"], "go together"),
         (["run", "--models", "dkt", "--data-dir", "/no/such/folder"], "/no/such/folder"),
         (["nope"], "unknown command 'nope'"),
         (["bench", "nope"], "no benchmark 'nope'"),
@@ -61,3 +64,21 @@ def test_input_errors_are_one_line_and_exit_2(argv, message, capsys):
     assert len(errors) == 1 and errors[0].startswith("error: "), err
     assert "usage: kt run" not in err  # no usage block before a bad flag's line
     assert sum(line.startswith("error: ") for line in err.splitlines()) == 1
+
+
+def test_run_trains_with_an_authors_optimiser_and_records_it(tmp_path, capsys):
+    out = tmp_path / "sgd.json"
+    argv = ["run", "--models", "dkt", "--epochs", "2", "--optimizer", "sgd", "--momentum", "0.9",
+            "--lr", "0.5", "--lr-decay", "0.5", "--lr-decay-every", "1", "--grad-clip", "5",
+            "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    capsys.readouterr()
+    (row,) = json.loads(out.read_text())["results"]
+    t = row["train"]
+    assert (t["optimizer"], t["momentum"], t["lr_decay"], t["lr_decay_every"]) == (
+        "sgd",
+        0.9,
+        0.5,
+        1,
+    )
+    assert (t["lr"], t["grad_clip"]) == (0.5, 5.0) and row["epochs"] == 2

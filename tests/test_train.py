@@ -219,7 +219,7 @@ def test_sgd_with_a_stepped_rate_updates_as_torch_sgd_does_and_resumes_the_sched
 
 
 def test_the_later_training_fields_leave_earlier_run_keys_alone():
-    from kt_lib.runs.execute import LATER_DEFAULTS, train_settings
+    from kt_lib.runs.spec import LATER_DEFAULTS, train_settings
 
     plain = train_settings(TrainConfig())
     assert not set(LATER_DEFAULTS) & set(plain)  # at their defaults: not in a run's identity

@@ -28,27 +28,15 @@ import traceback
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 from ..nn import native
 from ..provenance import cpu_cores, device_name
-from ..train import TrainConfig
 from .experiment import ExperimentResult, run_experiment
 from .spec import RunSpec
 
 EXECUTORS = ("process", "ray")
 BUNDLE_CACHE = 2  # bundles a worker keeps (a leaderboard plan visits each data spec in a row)
-# TrainConfig fields that do not change a run's numbers
-BOOKKEEPING = (
-    "device",
-    "checkpoint",
-    "resume",
-    "progress",
-    "verbose",
-    "eval_batch_size",
-    "keep_freed_memory",
-)
-
 _shared_bundle = None  # a worker's copy of the one bundle of a grid (set by `_init_worker`)
 _bundles: OrderedDict[str, object] = OrderedDict()  # a worker's bundles loaded from data specs
 
@@ -376,19 +364,3 @@ def _stream(
             RuntimeWarning,
             stacklevel=2,
         )
-
-
-# TrainConfig fields added after results files were committed: left out of a run's identity at
-# their defaults, so the keys of every earlier run stay valid
-LATER_DEFAULTS = {"optimizer": "adamw", "momentum": 0.0, "lr_decay": 1.0, "lr_decay_every": 0}
-
-
-def train_settings(train_config: TrainConfig | None) -> dict:
-    """The fields of a `TrainConfig` that change a run's numbers (for run identities; those of
-    `LATER_DEFAULTS` only where they differ from their defaults)."""
-    given = asdict(train_config or TrainConfig())
-    return {
-        k: v
-        for k, v in given.items()
-        if k not in BOOKKEEPING and not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])
-    }

@@ -28,10 +28,11 @@ from ..models import build_model
 from ..models.base import KTModel
 from ..nn import native
 from ..provenance import device_name, run_commit
+from ..runtime import resolve_precision
 from ..train import DEFAULT_PROTOCOL, TrainConfig, evaluate, evaluate_protocols, fit
 from .data import DataSpec
 from .record import RunRecord, now
-from .spec import DEFAULT_PRESET, EvalConfig, RunSpec
+from .spec import DEFAULT_PRESET, EvalConfig, RunSpec, train_settings
 
 
 class Splits(NamedTuple):
@@ -194,6 +195,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--patience", type=at_least_one, default=None)
     p.add_argument("--batch-size", type=at_least_one, default=None)
     p.add_argument("--lr", type=positive_float, default=None)
+    p.add_argument("--weight-decay", type=float, default=None)
+    p.add_argument("--grad-clip", type=positive_float, default=None, help="max gradient norm")
+    p.add_argument(
+        "--optimizer",
+        default=None,
+        choices=["adamw", "sgd"],
+        help="default: adamw; sgd takes --momentum (an author's recipe, e.g. DKVMN's)",
+    )
+    p.add_argument("--momentum", type=float, default=None, help="SGD's momentum")
+    p.add_argument(
+        "--lr-decay",
+        type=positive_float,
+        default=None,
+        help="multiply the rate by this every --lr-decay-every epochs",
+    )
+    p.add_argument("--lr-decay-every", type=at_least_one, default=None)
     p.add_argument("--max-len", type=at_least_one, default=200)
     p.add_argument(
         "--histories",
@@ -326,6 +343,8 @@ def main(argv: list[str] | None = None) -> None:
         a.preset = DEFAULT_PRESET if data.synthetic else "paper"
         print(f"note: no --preset, so every model is {a.preset!r}", file=sys.stderr)
     given = dict(epochs=a.epochs, patience=a.patience, batch_size=a.batch_size, lr=a.lr)
+    given |= dict(weight_decay=a.weight_decay, grad_clip=a.grad_clip, optimizer=a.optimizer)
+    given |= dict(momentum=a.momentum, lr_decay=a.lr_decay, lr_decay_every=a.lr_decay_every)
     given = {k: v for k, v in given.items() if v is not None}
     if a.recipe == "workbook":
         given.setdefault("epochs", 30)
@@ -340,6 +359,10 @@ def main(argv: list[str] | None = None) -> None:
         progress=sys.stderr.isatty(),  # a bar per epoch at a terminal, none in logs
         verbose=True,
     )
+    try:  # combinations (momentum needs sgd, a decay its period) before any data is read
+        tc.validate()
+    except ValueError as exc:
+        p.error(str(exc))
     specs = [
         RunSpec(
             name,
@@ -376,6 +399,11 @@ def main(argv: list[str] | None = None) -> None:
             native=native.named(used),
             commit=commit,
             date=now(),
+            # the settings that change the numbers, the precision resolved (as a study's rows)
+            train={
+                **train_settings(tc),
+                "precision": resolve_precision(tc.precision, tc.device),
+            },
         )
         row = {**record.row(), "valid": res.valid, "protocols": res.protocols}
         row["history"] = res.history.to_dict(orient="list")

@@ -18,8 +18,7 @@ from ..data.formats.detect import detect_format
 from ..fileio import short_digest
 from ..train import TrainConfig
 from .data import DataSpec
-from .execute import train_settings
-from .spec import DEFAULT_PRESET, EvalConfig, ModelSettings, RunSpec
+from .spec import DEFAULT_PRESET, EvalConfig, ModelSettings, RunSpec, train_settings
 
 FOLD_BASE = {"line3": 1, "line4": 1, "pykt": 0}  # formats whose files carry folds: first id
 # a profile's leaderboard parameters (notebook 10's names) and their defaults

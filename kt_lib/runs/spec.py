@@ -28,6 +28,32 @@ from .data import DataSpec
 
 DEFAULT_PRESET = "tiny"
 
+# TrainConfig fields that do not change a run's numbers
+BOOKKEEPING = (
+    "device",
+    "checkpoint",
+    "resume",
+    "progress",
+    "verbose",
+    "eval_batch_size",
+    "keep_freed_memory",
+)
+
+# TrainConfig fields added after results files were committed: left out of a run's identity at
+# their defaults, so the keys of every earlier run stay valid
+LATER_DEFAULTS = {"optimizer": "adamw", "momentum": 0.0, "lr_decay": 1.0, "lr_decay_every": 0}
+
+
+def train_settings(train_config: TrainConfig | None) -> dict:
+    """The fields of a `TrainConfig` that change a run's numbers (for run identities; those of
+    `LATER_DEFAULTS` only where they differ from their defaults)."""
+    given = dataclasses.asdict(train_config or TrainConfig())
+    return {
+        k: v
+        for k, v in given.items()
+        if k not in BOOKKEEPING and not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])
+    }
+
 
 def config_fields(model: str) -> list[str]:
     """The config field names of registered model `model` (KeyError listing the models)."""
