@@ -160,3 +160,34 @@ def test_best_keeps_a_chosen_label_whose_trials_the_storage_lacks(tmp_path, caps
     assert labels["simakt_pwd"] == before["simakt_pwd"]  # kept as it was
     assert labels["dtransformer"]["lr"] == pytest.approx(1e-3)  # chosen again from the storage
     assert "kept from before (no trials here): simakt_pwd" in capsys.readouterr().out
+
+
+def test_opening_an_sqlite_storage_holds_its_lock_while_it_creates_the_tables(
+    tmp_path, monkeypatch
+):
+    """Two searches started side by side on a fresh file created its tables at once and one
+    failed (a CI run, under load): opening holds `<file>.lock`, so they take turns."""
+    import fcntl
+
+    import optuna
+
+    from kt_lib.runs import trials
+
+    db = tmp_path / "runs" / "budget.db"
+    held = []
+    real = optuna.storages.RDBStorage
+
+    def probe(url, **kw):
+        with open(db.with_name(db.name + ".lock"), "w") as other:
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held.append(False)
+                fcntl.flock(other, fcntl.LOCK_UN)
+            except BlockingIOError:
+                held.append(True)
+        return real(url, **kw)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", probe)
+    storage = trials.opened(f"sqlite:///{db}")
+    assert held == [True] and db.exists()  # made under the lock, its folder made too
+    assert isinstance(storage, real)

@@ -35,16 +35,19 @@ SQLITE_WAIT = 60.0  # seconds a writer waits for the file's lock (labels searche
 def opened(storage):
     """An Optuna storage for a URL: an SQLite file's folder is made if missing (a fresh clone
     has no runs/) and its writers wait up to SQLITE_WAIT seconds for each other (sqlite's own
-    default is 5 s) instead of failing with "database is locked"; other URLs and storage
-    objects pass through."""
+    default is 5 s) instead of failing with "database is locked", and opening it (which creates a
+    fresh file's tables) holds `<file>.lock`, so that searches started side by side do not create
+    them at once; other URLs and storage objects pass through."""
     import optuna
 
     if not isinstance(storage, str) or not storage.startswith("sqlite:///"):
         return storage
-    Path(storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    return optuna.storages.RDBStorage(
-        storage, engine_kwargs={"connect_args": {"timeout": SQLITE_WAIT}}
-    )
+    path = Path(storage.removeprefix("sqlite:///"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with locked(path):  # opening creates a fresh file's tables: two at once, and one failed
+        return optuna.storages.RDBStorage(
+            storage, engine_kwargs={"connect_args": {"timeout": SQLITE_WAIT}}
+        )
 
 
 def load(storage: str, label: str):
