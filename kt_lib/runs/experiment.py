@@ -28,11 +28,10 @@ from ..models import build_model
 from ..models.base import KTModel
 from ..nn import native
 from ..provenance import device_name, run_commit
-from ..runtime import resolve_precision
 from ..train import DEFAULT_PROTOCOL, TrainConfig, evaluate, evaluate_protocols, fit
 from .data import DataSpec
 from .record import RunRecord, now
-from .spec import DEFAULT_PRESET, EvalConfig, RunSpec, train_settings
+from .spec import DEFAULT_PRESET, EvalConfig, RunSpec, train_record, train_settings
 
 
 class Splits(NamedTuple):
@@ -399,11 +398,7 @@ def main(argv: list[str] | None = None) -> None:
             native=native.named(used),
             commit=commit,
             date=now(),
-            # the settings that change the numbers, the precision resolved (as a study's rows)
-            train={
-                **train_settings(tc),
-                "precision": resolve_precision(tc.precision, tc.device),
-            },
+            train=train_record(train_settings(tc), tc),  # as a study's rows
         )
         row = {**record.row(), "valid": res.valid, "protocols": res.protocols}
         row["history"] = res.history.to_dict(orient="list")

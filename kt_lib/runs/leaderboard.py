@@ -28,13 +28,12 @@ from ..checkpoint import remove_checkpoint
 from ..data.dataset import chunk, collate
 from ..models import build_model
 from ..provenance import run_commit
-from ..runtime import resolve_precision
 from ..train import TrainConfig
 from .execute import ExecConfig, execute
 from .plan import LeaderboardPlan, PlannedRun
 from .record import RunRecord, now
 from .results import add_runs, finished_runs, load_results, merge_files
-from .spec import DEFAULT_PRESET
+from .spec import DEFAULT_PRESET, train_record
 from .stats import compare_pairs, pairs_markdown
 from .tables import METRICS, leaderboard, protocols, to_markdown
 
@@ -130,12 +129,8 @@ def run_plan(
             native=out.native,
             commit=commit,
             date=now(),
-            # the run's own recipe: a variant's training settings show in its row (the
-            # precision resolved: None trains fp32 on a CPU, tf32 on CUDA)
-            train={
-                **plan.settings_of(spec.train),
-                "precision": resolve_precision(spec.train.precision, spec.train.device),
-            },
+            # the run's own recipe: a variant's training settings show in its row
+            train=train_record(plan.settings_of(spec.train), spec.train),
         )
         rows[index] = record.row()
         if path is not None:

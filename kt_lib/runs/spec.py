@@ -22,7 +22,7 @@ from typing import Any
 
 from ..evaluate import HISTORIES
 from ..models import MODELS
-from ..runtime import PRECISIONS
+from ..runtime import PRECISIONS, resolve_precision
 from ..train import TrainConfig
 from .data import DataSpec
 
@@ -53,6 +53,12 @@ def train_settings(train_config: TrainConfig | None) -> dict:
         for k, v in given.items()
         if k not in BOOKKEEPING and not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])
     }
+
+
+def train_record(settings: dict, train: TrainConfig) -> dict:
+    """A results row's `train`: `settings` (what its key hashes) with the precision resolved
+    (None trains fp32 on a CPU, tf32 on CUDA)."""
+    return {**settings, "precision": resolve_precision(train.precision, train.device)}
 
 
 def config_fields(model: str) -> list[str]:
