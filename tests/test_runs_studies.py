@@ -52,6 +52,24 @@ def test_first_n_narrows_every_cell_to_its_first_folds_with_the_same_keys(name):
         study.first(0)
 
 
+def test_a_part_with_its_own_folds_plans_them_and_first_and_only_keep_them():
+    study = studies.get("baselines")  # one fold a cell, but its DKVMN authors' row on five
+    row = "dkvmn_authors_statics_sgd_sum"
+
+    def folds(s):
+        cells: dict = {}
+        for r in s.plan():
+            cells.setdefault((r["dataset"], r["model"]), set()).add(r["fold"])
+        return cells
+
+    cells = folds(study)
+    assert cells.pop(("statics2011", row)) == {1, 2, 3, 4, 5}
+    assert all(len(f) == 1 for f in cells.values()), cells
+    assert folds(study.first(2))[("statics2011", row)] == {1, 2}
+    assert folds(study.only([row])) == {("statics2011", row): {1, 2, 3, 4, 5}}
+    assert {r["key"] for r in study.first(2).plan()} <= {r["key"] for r in study.plan()}
+
+
 def test_status_and_run_take_first_and_refuse_zero(capsys):
     studies.main(["status", "pairs", "--first", "1"])
     done = capsys.readouterr().out.splitlines()[0]

@@ -29,6 +29,7 @@ class Part:
 
     datasets: tuple[tuple[str, str], ...]
     models: tuple[str, ...]
+    folds: int | None = None  # the study's folds when None; a part's own (e.g. one row's five)
 
 
 def _dataset_names(part: Part) -> list[str]:
@@ -89,7 +90,13 @@ class Study:
             return self
         if n < 1:
             raise ValueError(f"first must be >= 1, got {n}")
-        return dataclasses.replace(self, folds=min(n, self.folds), seeds=self.seeds[:n])
+        parts = tuple(
+            p if p.folds is None else dataclasses.replace(p, folds=min(n, p.folds))
+            for p in self.parts
+        )
+        return dataclasses.replace(
+            self, parts=parts, folds=min(n, self.folds), seeds=self.seeds[:n]
+        )
 
     def only(self, models: Sequence[str] | None, datasets: Sequence[str] | None = None) -> Study:
         """The study narrowed to the cells of `models` (the labels `status` lists: a model or a
@@ -108,6 +115,7 @@ class Study:
             Part(
                 tuple(d for d in p.datasets if not datasets or d[0] in datasets),
                 tuple(m for m in p.models if not models or m in models),
+                p.folds,
             )
             for p in self.parts
         ]
@@ -161,7 +169,7 @@ class Study:
                 part.models,
                 preset=self.preset,
                 seeds=self.seeds,
-                folds=self.folds,
+                folds=self.folds if part.folds is None else part.folds,
                 overrides=self.overrides,
                 variants=self.variants,
                 dataset_overrides=self.dataset_overrides,
