@@ -68,6 +68,11 @@ def test_a_part_with_its_own_folds_plans_them_and_first_and_only_keep_them():
     assert folds(study.first(2))[("statics2011", row)] == {1, 2}
     assert folds(study.only([row])) == {("statics2011", row): {1, 2, 3, 4, 5}}
     assert {r["key"] for r in study.first(2).plan()} <= {r["key"] for r in study.plan()}
+    part = dataclasses.replace(study.parts[-1], folds=0)
+    with pytest.raises(
+        ValueError, match=r"study baselines: a part's folds must be >= 1 .* got \[0\]"
+    ):
+        dataclasses.replace(study, parts=(*study.parts[:-1], part))
 
 
 def test_status_and_run_take_first_and_refuse_zero(capsys):

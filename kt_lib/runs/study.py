@@ -69,6 +69,12 @@ class Study:
         """Variants and overrides are checked against the models' configs when a study is
         declared, not when its first part runs."""
         ModelSettings.parse(self.overrides, self.variants, self.dataset_overrides)
+        bad = [p.folds for p in self.parts if p.folds is not None and p.folds < 1]
+        if bad:
+            raise ValueError(
+                f"study {self.name}: a part's folds must be >= 1 "
+                f"(None: the study's {self.folds}), got {bad}"
+            )
         stray = [p for p in self.breakdown_pairs if tuple(p) not in self.pairs]
         if stray:
             raise ValueError(f"study {self.name}: breakdown_pairs {stray} are not among its pairs")
