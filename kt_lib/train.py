@@ -52,6 +52,10 @@ class TrainConfig:
     lr: float = 1e-3  # learning rate (of every parameter group a model does not set itself)
     weight_decay: float = 0.0  # AdamW's decoupled weight decay; SGD's L2 term
     grad_clip: float | None = 1.0  # max gradient norm (None: no clipping)
+    # which norm `grad_clip` bounds: "global" (every gradient as one vector, torch's
+    # clip_grad_norm_) | "mean" (the mean of the parameter tensors' own norms: the DKVMN
+    # authors' norm_clipping); either way every gradient is scaled by grad_clip / norm
+    grad_clip_norm: str = "global"
     optimizer: str = "adamw"  # adamw | sgd (with `momentum`: e.g. the DKVMN authors' recipe)
     momentum: float = 0.0  # SGD's momentum (sgd only)
     lr_decay: float = 1.0  # the rate is multiplied by this every `lr_decay_every` epochs...
@@ -88,6 +92,14 @@ class TrainConfig:
         require(
             clip is None or (finite(clip) and clip > 0),
             f"TrainConfig.grad_clip must be None (no clipping) or finite > 0, got {clip}",
+        )
+        require(
+            self.grad_clip_norm in CLIP_NORMS,
+            f"TrainConfig.grad_clip_norm must be one of {CLIP_NORMS}, got {self.grad_clip_norm!r}",
+        )
+        require(
+            self.grad_clip_norm == "global" or clip is not None,
+            f"TrainConfig.grad_clip_norm {self.grad_clip_norm!r} needs a grad_clip (got None)",
         )
         require(
             self.optimizer in OPTIMIZERS,
@@ -146,6 +158,22 @@ RECIPES: dict[str, dict] = {
 
 
 OPTIMIZERS = ("adamw", "sgd")
+CLIP_NORMS = ("global", "mean")
+
+
+def clip_gradients(params, max_norm: float, norm: str = "global") -> torch.Tensor:
+    """Scale every gradient by max_norm / n when n > max_norm; n is the L2 norm of all gradients
+    together ("global", torch's clip_grad_norm_) or the mean over parameter tensors of each
+    one's L2 norm ("mean": the DKVMN authors' `norm_clipping`, run.py). Returns n."""
+    if norm == "global":
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    n = torch.stack([torch.linalg.vector_norm(g) for g in grads]).mean()
+    scale = (max_norm / n).clamp(max=1.0)  # no host sync: a factor of 1 when n <= max_norm
+    torch._foreach_mul_(grads, scale)
+    return n
 
 
 def make_optimizer(cfg: TrainConfig, groups: list[dict]) -> torch.optim.Optimizer:
@@ -291,7 +319,7 @@ def fit(
                 opt.zero_grad(set_to_none=True)
                 terms["total"].backward()
                 if cfg.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                    clip_gradients(list(model.parameters()), cfg.grad_clip, cfg.grad_clip_norm)
                 opt.step()
                 for k, v in terms.items():
                     v = v.detach().float()

@@ -207,3 +207,32 @@ def test_init_std_draws_every_weight_as_the_authors_did(name):
     assert plain.key_emb.weight.std().item() > 0.5  # torch's N(0, 1) embeddings
     with pytest.raises(ValueError, match="init_std must be None or > 0"):
         build_model(name, num_c=5, init_std=0.0)
+
+
+@pytest.mark.parametrize("name", ["dkvmn", "deep_irt"])
+def test_key_fc_summarises_the_key_through_a_tanh_layer_as_the_authors_code(name):
+    """key_fc = 50: f_t = tanh(W_f [r_t, tanh(W_k k_t + b_k)]) (the authors' model.py), step by
+    step against the memory written out; 0 keeps the paper's [r_t, k_t]; still causal."""
+    from kt_lib.audit import assert_causal
+
+    torch.manual_seed(6)
+    model = build_model(name, preset="tiny", num_c=9, key_fc=5).double().eval()
+    c, mem = model.config, model.memory
+    assert model.summary.in_features == c.d_value + 5
+    assert build_model(name, preset="tiny", num_c=9).key_fc is None
+    b = random_batch(9, B=2, L=8, seed=7)
+    with torch.no_grad():
+        f = model.trunk(b).f
+        q, r = b.q[1], b.r[1]
+        mv = mem.init_value.clone()
+        for t in range(int(b.mask[1].sum())):
+            k = model.key_emb.weight[q[t]]
+            w = torch.softmax(mem.keys @ k, 0)
+            kf = torch.tanh(model.key_fc(k))
+            assert torch.allclose(f[1, t], torch.tanh(model.summary(torch.cat([w @ mv, kf]))))
+            v = model.value_emb.weight[q[t] + c.num_c * r[t]]
+            e, a = torch.sigmoid(mem.erase(v)), torch.tanh(mem.add(v))
+            mv = mv * (1 - torch.outer(w, e)) + torch.outer(w, a)
+    assert_causal(model.float(), random_batch(9, B=3, L=12, seed=8))
+    with pytest.raises(ValueError, match="key_fc must be >= 0"):
+        build_model(name, num_c=5, key_fc=-1)

@@ -5,6 +5,7 @@
     w_t = softmax(k_t M^k^T)                              [B, L, M]
     r_t = w_t M^v_t            (memory before the write of step t)
     f_t = tanh(W_f [r_t, k_t])                            [B, L, Df]
+        (with key_fc > 0: f_t = tanh(W_f [r_t, tanh(W_k k_t + b_k)]), the authors' code)
     logit_t = w_p f_t
     M^v_t+1 = M^v_t * (1 - w_t e_t^T) + w_t a_t^T,  e_t = sigmoid(E v_t), a_t = tanh(A v_t)
 Step t reads q_t and the memory written by the interactions before t (never r_t).
@@ -14,7 +15,9 @@ Deviations from the authors' (MXNet) and pyKT's code:
   three to dim_s (its sizes are the `pykt` preset);
 - kaiming-normal init of M^k and M^v_0 (pyKT's), dropout on f_t before the output (pyKT's);
   `init_std` draws every weight from N(0, init_std^2) and zeroes the biases instead (the
-  authors' MXNet initializer: 0.1 in their main.py).
+  authors' MXNet initializer: 0.1 in their main.py);
+- the paper summarises [r_t, k_t]; the authors' code first maps k_t through a tanh layer of 50
+  (`input_embed_content` in their model.py): `key_fc` = 50 does that, 0 (default) is the paper.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class DKVMNConfig(BaseConfig):
     n_slots: int = 20  # M: memory slots (latent concepts, "memory_size")
     dropout: float = 0.0  # dropout on f_t before the output layer (the authors have none)
     init_std: float | None = None  # None: pyKT's init; a std: the authors' (every weight normal)
+    key_fc: int = 0  # 0: f_t reads k_t (the paper); > 0: tanh(W_k k_t + b) of this size (code)
 
     BINARY = True
     PRESETS = {
@@ -58,6 +62,7 @@ class DKVMNConfig(BaseConfig):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
         std = self.init_std
         require(std is None or std > 0, f"init_std must be None or > 0, got {std}")
+        require(self.key_fc >= 0, f"key_fc must be >= 0 (0: none), got {self.key_fc}")
 
 
 @dataclass
@@ -82,7 +87,8 @@ class DKVMN(KTModel):
         self.key_emb = nn.Embedding(c.num_c, c.d_key)
         self.value_emb = nn.Embedding(c.num_c * c.K, c.d_value)
         self.memory = KeyValueMemory(c.n_slots, c.d_key, c.d_value)
-        self.summary = nn.Linear(c.d_value + c.d_key, c.d_summary)
+        self.key_fc = nn.Linear(c.d_key, c.key_fc) if c.key_fc else None
+        self.summary = nn.Linear(c.d_value + (c.key_fc or c.d_key), c.d_summary)
         self.drop = Dropout(c.dropout)
         self.out = self.output_layer(c)
         if c.init_std is not None:  # the authors' initializer: weights normal, biases zero
@@ -103,7 +109,8 @@ class DKVMN(KTModel):
         w = self.memory.address(k)  # [B, L, M]
         e, a = self.memory.signals(v)  # [B, L, Dv] each
         reads = self.memory.read_write(w, e, a, batch.mask)  # [B, L, Dv]
-        f = torch.tanh(self.summary(torch.cat([reads, k], dim=-1)))  # [B, L, Df]
+        kf = k if self.key_fc is None else torch.tanh(self.key_fc(k))  # [B, L, Dk or key_fc]
+        f = torch.tanh(self.summary(torch.cat([reads, kf], dim=-1)))  # [B, L, Df]
         return MemoryState(f=f, k=k, w=w)
 
     def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:

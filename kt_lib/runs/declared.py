@@ -19,6 +19,7 @@ _DKVMN_STATICS = {"model": "dkvmn", "n_slots": 50, "d_value": 100, "batch_size":
 _DKVMN_SGD = {"optimizer": "sgd", "lr": 0.01, "momentum": 0.9, "grad_clip": 50.0, "patience": 100}
 _DKVMN_SGD |= {"lr_decay": 0.667, "lr_decay_every": 20}
 _DKVMN_SUM = {"init_std": 0.1, "lr": 0.01 * 168, "grad_clip": 50.0 / 168}
+_DKVMN_CLIP = {"grad_clip_norm": "mean"}
 # the field's baselines (the baselines study), cheapest first on CPU
 _BASELINE_VARIANTS = {
     "sparsekt_topk": {"model": "sparsekt", "selection": "topk", "k": 5},
@@ -51,12 +52,23 @@ _BASELINE_VARIANTS = {
     # Statics2011 training window holds 168 steps on average (fold 1), so their updates are
     # ours at lr 0.01 * 168 with the clipping norm 50 / 168
     "dkvmn_authors_statics_sgd_sum": _DKVMN_STATICS | _DKVMN_SGD | _DKVMN_SUM,
+    # ... with their clipping rule: run.py's norm_clipping bounds the mean of the parameter
+    # tensors' own norms, not the norm of all gradients together
+    "dkvmn_authors_statics_meanclip": _DKVMN_STATICS | _DKVMN_SGD | _DKVMN_SUM | _DKVMN_CLIP,
+    # ... and their model.py's summary: k_t through tanh(FC 50) before [r_t, .] (the paper
+    # summarises [r_t, k_t]): every part of their code's recipe at once
+    "dkvmn_authors_code_statics": _DKVMN_STATICS
+    | _DKVMN_SGD
+    | _DKVMN_SUM
+    | _DKVMN_CLIP
+    | {"key_fc": 50},
 }
 # the baselines study's diagnostics: rows that test a reproduction, not the leaderboard's models
 _DIAGNOSTICS = ("atkt_pykt", "sparsekt_topk_pykt", "extrakt_lr1e-4", "robustkt_lr1e-4")
 _DIAGNOSTICS += ("skvmn_pykt_write", "sparsekt_topk_lr1e-4", "dkvmn_epochs100")
 _DIAGNOSTICS += ("dkvmn_authors_statics", "dkvmn_authors_statics_sgd")
 _DIAGNOSTICS += ("dkvmn_authors_statics_sgd_init", "dkvmn_authors_statics_sgd_sum")
+_DIAGNOSTICS += ("dkvmn_authors_statics_meanclip", "dkvmn_authors_code_statics")
 SKILL_BASELINES = (
     "deep_irt",
     "dkvmn",
@@ -204,6 +216,8 @@ DECLARED = {
                         "dkvmn_authors_statics",
                         "dkvmn_authors_statics_sgd",
                         "dkvmn_authors_statics_sgd_init",
+                        "dkvmn_authors_statics_meanclip",
+                        "dkvmn_authors_code_statics",
                     ),
                 ),  # fmt: skip
                 # the recipe that came closest, on all five folds: the paper's figure beside a

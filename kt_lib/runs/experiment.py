@@ -197,6 +197,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--weight-decay", type=float, default=None)
     p.add_argument("--grad-clip", type=positive_float, default=None, help="max gradient norm")
     p.add_argument(
+        "--grad-clip-norm",
+        default=None,
+        choices=["global", "mean"],
+        help="the norm --grad-clip bounds: global (default) or the mean of the parameters' own "
+        "norms (the DKVMN authors' clipping)",
+    )
+    p.add_argument(
         "--optimizer",
         default=None,
         choices=["adamw", "sgd"],
@@ -344,6 +351,7 @@ def main(argv: list[str] | None = None) -> None:
     given = dict(epochs=a.epochs, patience=a.patience, batch_size=a.batch_size, lr=a.lr)
     given |= dict(weight_decay=a.weight_decay, grad_clip=a.grad_clip, optimizer=a.optimizer)
     given |= dict(momentum=a.momentum, lr_decay=a.lr_decay, lr_decay_every=a.lr_decay_every)
+    given |= dict(grad_clip_norm=a.grad_clip_norm)
     given = {k: v for k, v in given.items() if v is not None}
     if a.recipe == "workbook":
         given.setdefault("epochs", 30)
