@@ -56,6 +56,10 @@ class TrainConfig:
     # clip_grad_norm_) | "mean" (the mean of the parameter tensors' own norms: the DKVMN
     # authors' norm_clipping); either way every gradient is scaled by grad_clip / norm
     grad_clip_norm: str = "global"
+    # what one step's loss averages: "step" (the mean over the batch's scored steps) | "window"
+    # (summed over each window's steps, averaged over windows: MXNet's normalization="batch",
+    # the DKVMN authors' loss), i.e. the gradient times the batch's scored steps per window
+    loss_per: str = "step"
     optimizer: str = "adamw"  # adamw | sgd (with `momentum`: e.g. the DKVMN authors' recipe)
     momentum: float = 0.0  # SGD's momentum (sgd only)
     lr_decay: float = 1.0  # the rate is multiplied by this every `lr_decay_every` epochs...
@@ -92,6 +96,10 @@ class TrainConfig:
         require(
             clip is None or (finite(clip) and clip > 0),
             f"TrainConfig.grad_clip must be None (no clipping) or finite > 0, got {clip}",
+        )
+        require(
+            self.loss_per in LOSS_PER,
+            f"TrainConfig.loss_per must be one of {LOSS_PER}, got {self.loss_per!r}",
         )
         require(
             self.grad_clip_norm in CLIP_NORMS,
@@ -159,6 +167,16 @@ RECIPES: dict[str, dict] = {
 
 OPTIMIZERS = ("adamw", "sgd")
 CLIP_NORMS = ("global", "mean")
+LOSS_PER = ("step", "window")
+
+
+def objective(total: torch.Tensor, mask: torch.Tensor, loss_per: str = "step") -> torch.Tensor:
+    """What a step differentiates: the model's loss `total` (a mean over the scored steps of
+    `mask` [B, L]) as it is ("step"), or times the scored steps per window ("window": each
+    window's steps summed, the windows averaged, as the DKVMN authors' MXNet loss)."""
+    if loss_per == "step":
+        return total
+    return total * (mask.sum() / mask.shape[0])  # no host sync
 
 
 def clip_gradients(params, max_norm: float, norm: str = "global") -> torch.Tensor:
@@ -317,7 +335,7 @@ def fit(
                 batch = batch.to(cfg.device, non_blocking=True)
                 terms = model.loss(step(batch), batch, epoch)
                 opt.zero_grad(set_to_none=True)
-                terms["total"].backward()
+                objective(terms["total"], batch.mask, cfg.loss_per).backward()
                 if cfg.grad_clip:
                     clip_gradients(list(model.parameters()), cfg.grad_clip, cfg.grad_clip_norm)
                 opt.step()

@@ -30,6 +30,7 @@ from tests.conftest import make_tiny_dataset
         ({"lr_decay_every": 3}, "go together"),
         ({"lr_decay": 0.0, "lr_decay_every": 1}, "lr_decay must be in"),
         ({"grad_clip_norm": "max"}, "grad_clip_norm must be one of"),
+        ({"loss_per": "row"}, "loss_per must be one of"),
         ({"grad_clip": None, "grad_clip_norm": "mean"}, "grad_clip_norm 'mean' needs a grad_clip"),
     ],
 )
@@ -286,3 +287,23 @@ def test_clip_gradients_bounds_the_global_norm_or_the_mean_of_the_tensors_norms(
     clip_gradients(ps, 2.0, "global")
     torch.nn.utils.clip_grad_norm_(ref, 2.0)
     assert all(torch.equal(p.grad, q.grad) for p, q in zip(ps, ref, strict=True))
+
+
+def test_a_window_loss_is_the_step_mean_times_the_scored_steps_per_window():
+    """loss_per="window" (the DKVMN authors' MXNet loss: each window's steps summed, averaged
+    over windows) against that sum written out; "step" is the model's mean as it is."""
+    from kt_lib.audit import random_batch
+    from kt_lib.train import objective
+
+    torch.manual_seed(0)
+    model = build_model("dkt", preset="tiny", num_c=5)
+    b = random_batch(5, B=4, L=9, seed=1)  # ragged: windows of different lengths
+    out = model(b)
+    mean = model.loss(out, b)["total"]
+    each = torch.nn.functional.binary_cross_entropy_with_logits(
+        out.logits, b.r.float(), reduction="none"
+    )
+    per_window = (each * b.mask).sum(1)  # [B]
+    assert int(b.mask.sum()) < b.mask.numel()  # some padding
+    assert torch.allclose(objective(mean, b.mask, "window"), per_window.mean())
+    assert objective(mean, b.mask, "step") is mean

@@ -204,6 +204,13 @@ def _parser() -> argparse.ArgumentParser:
         "norms (the DKVMN authors' clipping)",
     )
     p.add_argument(
+        "--loss-per",
+        default=None,
+        choices=["step", "window"],
+        help="a step's loss: the mean over scored steps (default), or summed per window and "
+        "averaged over windows (the DKVMN authors' MXNet loss)",
+    )
+    p.add_argument(
         "--optimizer",
         default=None,
         choices=["adamw", "sgd"],
@@ -351,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
     given = dict(epochs=a.epochs, patience=a.patience, batch_size=a.batch_size, lr=a.lr)
     given |= dict(weight_decay=a.weight_decay, grad_clip=a.grad_clip, optimizer=a.optimizer)
     given |= dict(momentum=a.momentum, lr_decay=a.lr_decay, lr_decay_every=a.lr_decay_every)
-    given |= dict(grad_clip_norm=a.grad_clip_norm)
+    given |= dict(grad_clip_norm=a.grad_clip_norm, loss_per=a.loss_per)
     given = {k: v for k, v in given.items() if v is not None}
     if a.recipe == "workbook":
         given.setdefault("epochs", 30)
