@@ -20,9 +20,12 @@ _DKVMN_SGD = {"optimizer": "sgd", "lr": 0.01, "momentum": 0.9, "grad_clip": 50.0
 _DKVMN_SGD |= {"lr_decay": 0.667, "lr_decay_every": 20}
 _DKVMN_SUM = {"init_std": 0.1, "lr": 0.01 * 168, "grad_clip": 50.0 / 168}
 _DKVMN_CLIP = {"grad_clip_norm": "mean"}
-# their loss literally (each window's steps summed, the windows averaged) at their literal rate
-# and clipping norm, instead of the x 168 of _DKVMN_SUM
-_DKVMN_WINDOW = {"init_std": 0.1, "loss_per": "window"} | _DKVMN_CLIP
+# their loss literally, instead of the x 168 of _DKVMN_SUM: their output op's gradient is p - y
+# at every step, summed; run.py clips those raw sums (mean of the tensors' norms at 50) and only
+# then MXNet's SGD rescales them by 1 / batch (Module's default rescale_grad): so each window's
+# steps summed, the windows averaged (loss_per "window"), at their rate 0.01 and a norm of
+# 50 / 10 (their STATICS batch) on that
+_DKVMN_WINDOW = {"init_std": 0.1, "loss_per": "window", "grad_clip": 50.0 / 10} | _DKVMN_CLIP
 # the field's baselines (the baselines study), cheapest first on CPU
 _BASELINE_VARIANTS = {
     "sparsekt_topk": {"model": "sparsekt", "selection": "topk", "k": 5},
@@ -58,8 +61,8 @@ _BASELINE_VARIANTS = {
     # ... with their clipping rule: run.py's norm_clipping bounds the mean of the parameter
     # tensors' own norms, not the norm of all gradients together
     "dkvmn_authors_statics_meanclip": _DKVMN_STATICS | _DKVMN_SGD | _DKVMN_SUM | _DKVMN_CLIP,
-    # ... with their loss summed per window (MXNet's normalization) at their literal rate 0.01
-    # and norm 50, not a constant x 168: a batch's update scales with its steps, as theirs
+    # ... with their loss summed per window at their literal rate 0.01 and clipping, not a
+    # constant x 168: a batch's update scales with its steps, as theirs
     "dkvmn_authors_statics_window": _DKVMN_STATICS | _DKVMN_SGD | _DKVMN_WINDOW,
     # ... and their model.py's summary: k_t through tanh(FC 50) before [r_t, .] (the paper
     # summarises [r_t, k_t]): every part of their code's recipe at once
