@@ -52,10 +52,6 @@ class TrainConfig:
     lr: float = 1e-3  # learning rate (of every parameter group a model does not set itself)
     weight_decay: float = 0.0  # AdamW's decoupled weight decay; SGD's L2 term
     grad_clip: float | None = 1.0  # max gradient norm (None: no clipping)
-    # which norm `grad_clip` bounds: "global" (every gradient as one vector, torch's
-    # clip_grad_norm_) | "mean" (the mean of the parameter tensors' own norms: the DKVMN
-    # authors' norm_clipping); either way every gradient is scaled by grad_clip / norm
-    grad_clip_norm: str = "global"
     # what one step's loss averages: "step" (the mean over the batch's scored steps) | "window"
     # (summed over each window's steps, averaged over windows: MXNet's normalization="batch",
     # the DKVMN authors' loss), i.e. the gradient times the batch's scored steps per window
@@ -100,14 +96,6 @@ class TrainConfig:
         require(
             self.loss_per in LOSS_PER,
             f"TrainConfig.loss_per must be one of {LOSS_PER}, got {self.loss_per!r}",
-        )
-        require(
-            self.grad_clip_norm in CLIP_NORMS,
-            f"TrainConfig.grad_clip_norm must be one of {CLIP_NORMS}, got {self.grad_clip_norm!r}",
-        )
-        require(
-            self.grad_clip_norm == "global" or clip is not None,
-            f"TrainConfig.grad_clip_norm {self.grad_clip_norm!r} needs a grad_clip (got None)",
         )
         require(
             self.optimizer in OPTIMIZERS,
@@ -166,32 +154,18 @@ RECIPES: dict[str, dict] = {
 
 
 OPTIMIZERS = ("adamw", "sgd")
-CLIP_NORMS = ("global", "mean")
 LOSS_PER = ("step", "window")
 
 
 def objective(total: torch.Tensor, mask: torch.Tensor, loss_per: str = "step") -> torch.Tensor:
     """What a step differentiates: the model's loss `total` (a mean over the scored steps of
     `mask` [B, L]) as it is ("step"), or times the scored steps per window ("window": each
-    window's steps summed, the windows averaged, as the DKVMN authors' MXNet loss)."""
+    window's steps summed, the windows averaged, as the DKVMN authors' MXNet loss). The whole
+    total is scaled, a model's auxiliary terms with it, so their weights relative to the
+    prediction loss stay as the model sets them."""
     if loss_per == "step":
         return total
     return total * (mask.sum() / mask.shape[0])  # no host sync
-
-
-def clip_gradients(params, max_norm: float, norm: str = "global") -> torch.Tensor:
-    """Scale every gradient by max_norm / n when n > max_norm; n is the L2 norm of all gradients
-    together ("global", torch's clip_grad_norm_) or the mean over parameter tensors of each
-    one's L2 norm ("mean": the DKVMN authors' `norm_clipping`, run.py). Returns n."""
-    if norm == "global":
-        return torch.nn.utils.clip_grad_norm_(params, max_norm)
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return torch.zeros(())
-    n = torch.stack([torch.linalg.vector_norm(g) for g in grads]).mean()
-    scale = (max_norm / n).clamp(max=1.0)  # no host sync: a factor of 1 when n <= max_norm
-    torch._foreach_mul_(grads, scale)
-    return n
 
 
 def make_optimizer(cfg: TrainConfig, groups: list[dict]) -> torch.optim.Optimizer:
@@ -337,7 +311,7 @@ def fit(
                 opt.zero_grad(set_to_none=True)
                 objective(terms["total"], batch.mask, cfg.loss_per).backward()
                 if cfg.grad_clip:
-                    clip_gradients(list(model.parameters()), cfg.grad_clip, cfg.grad_clip_norm)
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
                 opt.step()
                 for k, v in terms.items():
                     v = v.detach().float()

@@ -29,9 +29,7 @@ from tests.conftest import make_tiny_dataset
         ({"lr_decay": 0.5}, "lr_decay .* go together"),
         ({"lr_decay_every": 3}, "go together"),
         ({"lr_decay": 0.0, "lr_decay_every": 1}, "lr_decay must be in"),
-        ({"grad_clip_norm": "max"}, "grad_clip_norm must be one of"),
         ({"loss_per": "row"}, "loss_per must be one of"),
-        ({"grad_clip": None, "grad_clip_norm": "mean"}, "grad_clip_norm 'mean' needs a grad_clip"),
     ],
 )
 def test_train_config_is_validated_before_any_work(override, field):
@@ -260,33 +258,6 @@ def test_a_checkpoint_from_before_the_rate_schedule_resumes(tmp_path, monkeypatc
     resumed = run(3, checkpoint=str(tmp_path / "old"), resume=True)
     cols = [c for c in straight.history.columns if "seconds" not in c]
     assert np.allclose(resumed.history[cols].values, straight.history[cols].values, atol=1e-6)
-
-
-def test_clip_gradients_bounds_the_global_norm_or_the_mean_of_the_tensors_norms():
-    """`global` is torch's clip_grad_norm_; `mean` (the DKVMN authors' norm_clipping) scales
-    every gradient by max / n where n is the mean of the tensors' own L2 norms, and leaves them
-    alone when n <= max."""
-    from kt_lib.train import clip_gradients
-
-    def params(*norms):
-        ps = []
-        for i, n in enumerate(norms):
-            p = torch.nn.Parameter(torch.zeros(4 + i))
-            p.grad = torch.zeros(4 + i)
-            p.grad[0] = n  # one entry: the tensor's norm is n
-            ps.append(p)
-        return ps
-
-    ps = params(3.0, 4.0, 8.0)  # mean 5, global sqrt(89)
-    assert torch.isclose(clip_gradients(ps, 2.0, "mean"), torch.tensor(5.0))
-    assert [float(p.grad[0]) for p in ps] == pytest.approx([1.2, 1.6, 3.2])  # x 2/5
-    ps = params(3.0, 4.0, 8.0)
-    clip_gradients(ps, 6.0, "mean")  # 5 <= 6: untouched
-    assert [float(p.grad[0]) for p in ps] == pytest.approx([3.0, 4.0, 8.0])
-    ps, ref = params(3.0, 4.0, 8.0), params(3.0, 4.0, 8.0)
-    clip_gradients(ps, 2.0, "global")
-    torch.nn.utils.clip_grad_norm_(ref, 2.0)
-    assert all(torch.equal(p.grad, q.grad) for p, q in zip(ps, ref, strict=True))
 
 
 def test_a_window_loss_is_the_step_mean_times_the_scored_steps_per_window():

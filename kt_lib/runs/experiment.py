@@ -28,7 +28,7 @@ from ..models import build_model
 from ..models.base import KTModel
 from ..nn import native
 from ..provenance import device_name, run_commit
-from ..train import DEFAULT_PROTOCOL, TrainConfig, evaluate, evaluate_protocols, fit
+from ..train import DEFAULT_PROTOCOL, LOSS_PER, TrainConfig, evaluate, evaluate_protocols, fit
 from .data import DataSpec
 from .record import RunRecord, now
 from .spec import DEFAULT_PRESET, EvalConfig, RunSpec, train_record, train_settings
@@ -197,16 +197,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--weight-decay", type=float, default=None)
     p.add_argument("--grad-clip", type=positive_float, default=None, help="max gradient norm")
     p.add_argument(
-        "--grad-clip-norm",
-        default=None,
-        choices=["global", "mean"],
-        help="the norm --grad-clip bounds: global (default) or the mean of the parameters' own "
-        "norms (the DKVMN authors' clipping)",
-    )
-    p.add_argument(
         "--loss-per",
         default=None,
-        choices=["step", "window"],
+        choices=LOSS_PER,
         help="a step's loss: the mean over scored steps (default), or summed per window and "
         "averaged over windows (the DKVMN authors' MXNet loss)",
     )
@@ -358,7 +351,7 @@ def main(argv: list[str] | None = None) -> None:
     given = dict(epochs=a.epochs, patience=a.patience, batch_size=a.batch_size, lr=a.lr)
     given |= dict(weight_decay=a.weight_decay, grad_clip=a.grad_clip, optimizer=a.optimizer)
     given |= dict(momentum=a.momentum, lr_decay=a.lr_decay, lr_decay_every=a.lr_decay_every)
-    given |= dict(grad_clip_norm=a.grad_clip_norm, loss_per=a.loss_per)
+    given |= dict(loss_per=a.loss_per)
     given = {k: v for k, v in given.items() if v is not None}
     if a.recipe == "workbook":
         given.setdefault("epochs", 30)

@@ -42,7 +42,7 @@ BOOKKEEPING = (
 # TrainConfig fields added after results files were committed: left out of a run's identity at
 # their defaults, so the keys of every earlier run stay valid
 LATER_DEFAULTS = {"optimizer": "adamw", "momentum": 0.0, "lr_decay": 1.0, "lr_decay_every": 0}
-LATER_DEFAULTS |= {"grad_clip_norm": "global", "loss_per": "step"}
+LATER_DEFAULTS |= {"loss_per": "step"}
 
 
 def train_settings(train_config: TrainConfig | None) -> dict:
@@ -167,7 +167,6 @@ VARIANT_TRAINING = {
     "batch_size": (_positive_int, "an integer >= 1"),
     "patience": (_positive_int, "an integer >= 1"),
     "grad_clip": (lambda v: v is None or (_number(v) and v > 0), "None (no clipping) or > 0"),
-    "grad_clip_norm": (lambda v: isinstance(v, str), "a name"),
     "loss_per": (lambda v: isinstance(v, str), "a name"),
     "optimizer": (lambda v: isinstance(v, str), "a name"),
     "momentum": (_number, "a number"),
@@ -183,8 +182,8 @@ class Variant:
     Beside the model fields a variant may carry training settings (`VARIANT_TRAINING`): `lr` (a
     tuned configuration's learning rate), `precision` (fp32, tf32, bf16, auto: a precision
     study's rows), and an author's own training (`epochs`, `batch_size`, `patience`,
-    `grad_clip`, `grad_clip_norm`, `loss_per`, `optimizer`, `momentum`, `lr_decay`,
-    `lr_decay_every`: e.g. a longer cap, or SGD with a stepped rate). Its runs train with them,
+    `grad_clip`, `loss_per`, `optimizer`, `momentum`, `lr_decay`, `lr_decay_every`: e.g. a
+    longer cap, or SGD with a stepped rate). Its runs train with them,
     the rest of the recipe as every row's."""
 
     label: str
