@@ -53,8 +53,8 @@ class TrainConfig:
     weight_decay: float = 0.0  # AdamW's decoupled weight decay; SGD's L2 term
     grad_clip: float | None = 1.0  # max gradient norm (None: no clipping)
     # what one step's loss averages: "step" (the mean over the batch's scored steps) | "window"
-    # (summed over each window's steps, averaged over windows: MXNet's normalization="batch",
-    # the DKVMN authors' loss), i.e. the gradient times the batch's scored steps per window
+    # (summed over each window's steps, averaged over windows: the DKVMN authors' loss, whose
+    # sums MXNet's SGD rescales by 1 / batch), i.e. the gradient times the scored steps per window
     loss_per: str = "step"
     optimizer: str = "adamw"  # adamw | sgd (with `momentum`: e.g. the DKVMN authors' recipe)
     momentum: float = 0.0  # SGD's momentum (sgd only)
