@@ -183,8 +183,8 @@ class Variant:
     tuned configuration's learning rate), `precision` (fp32, tf32, bf16, auto: a precision
     study's rows), and an author's own training (`epochs`, `batch_size`, `patience`,
     `grad_clip`, `loss_per`, `optimizer`, `momentum`, `lr_decay`, `lr_decay_every`: e.g. a
-    longer cap, or SGD with a stepped rate). Its runs train with them,
-    the rest of the recipe as every row's."""
+    longer cap, or SGD with a stepped rate). Its runs train with them, the rest of the recipe
+    as every row's."""
 
     label: str
     model: str
