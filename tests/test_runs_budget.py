@@ -76,7 +76,10 @@ def test_a_search_resumes_and_its_best_become_the_tuned_study(tmp_path):
     assert heads["knn"]["influence_weight"] == knn["params"]["knn_weight"]
     assert heads["cluster"]["influence_weight"] == 0.0  # knn_only stays knn-only
     out = tmp_path / "tuning.json"
-    budget.main(["best", "simakt", "--storage", storage, "--out", str(out)])
+    with pytest.raises(SystemExit):  # 3 trials against 2: not an equal budget
+        budget.main(["best", "simakt", "--storage", storage, "--out", str(out), "--trials", "3"])
+    assert not out.exists()
+    budget.main(["best", "simakt", "--storage", storage, "--out", str(out), "--partial"])
     assert json.loads(out.read_text())["labels"].keys() == best.keys()
     variants = tuned.tuned_variants(SIMAKT, out)
     assert variants["dtransformer_tuned"]["model"] == "dtransformer"
@@ -278,11 +281,34 @@ def test_a_trial_that_fails_removes_its_checkpoint(tmp_path, monkeypatch):
         raise RuntimeError("out of memory")
 
     args, ckpt = _tiny_search(tmp_path, monkeypatch, boom)
+    record = tmp_path / "trials.json"
     with pytest.raises(RuntimeError, match="out of memory"):
-        budget.search_label(*args, preset="tiny", checkpoints=ckpt)
+        budget.search_label(*args, preset="tiny", checkpoints=ckpt, record=record)
     (trial,) = optuna.load_study(study_name="budget_dtransformer", storage=args[-1]).trials
     assert trial.state == optuna.trial.TrialState.FAIL  # ended: nothing to resume
     assert not list((ckpt / "dtransformer").glob("trial*"))
+    # the record holds it too, so a fresh clone counts this label's budget as this storage does
+    (kept,) = json.loads(record.read_text())["labels"]["dtransformer"]
+    assert kept["state"] == "FAIL"
+
+
+def test_a_search_killed_in_its_first_trial_does_not_replay_that_trial_next(tmp_path, monkeypatch):
+    """The stale trial is finished with its stored settings and draws nothing: a sampler seeded
+    by the ended trials alone (as before) drew the stale trial's settings again for the next."""
+    kill = [True]
+
+    def once():
+        if kill:
+            kill.clear()
+            raise _Killed
+
+    args, ckpt = _tiny_search(tmp_path, monkeypatch, once)
+    with pytest.raises(_Killed):
+        budget.search_label(*args, preset="tiny", checkpoints=ckpt)
+    study = budget.search_label(*args[:3], 2, *args[4:], preset="tiny", checkpoints=ckpt)
+    first, second = study.trials
+    assert first.state == second.state == optuna.trial.TrialState.COMPLETE
+    assert first.params != second.params
 
 
 def test_each_storage_has_its_own_checkpoint_folder():

@@ -94,7 +94,7 @@ def test_status_and_best_read_the_record_on_a_fresh_clone(tmp_path, monkeypatch,
     assert "simakt: 3 of 100 trials ended" in out
     line = next(x for x in out.splitlines() if x.startswith("dtransformer "))
     assert "3/20" in line and "0.7100" in line and "1 complete, 1 fail, 1 pruned" in line
-    budget.main(["best", "simakt", "--out", str(tmp_path / "best.json")])
+    budget.main(["best", "simakt", "--out", str(tmp_path / "best.json"), "--trials", "3"])
     best = json.loads((tmp_path / "best.json").read_text())["labels"]
     assert best["dtransformer"]["lr"] == pytest.approx(1e-3)
     assert best["dtransformer"]["trials"] == {"complete": 1, "fail": 1, "pruned": 1}
@@ -155,7 +155,7 @@ def test_best_keeps_a_chosen_label_whose_trials_the_storage_lacks(tmp_path, caps
     _three_trials(storage, "dtransformer")
     before = {"simakt_pwd": {"model": "simakt", "lr": 5e-4}, "dtransformer": {"lr": 9.0}}
     out.write_text(json.dumps({"budget": "simakt", "labels": before}))
-    budget.main(["best", "simakt", "--storage", storage, "--out", str(out)])
+    budget.main(["best", "simakt", "--storage", storage, "--out", str(out), "--trials", "3"])
     labels = json.loads(out.read_text())["labels"]
     assert labels["simakt_pwd"] == before["simakt_pwd"]  # kept as it was
     assert labels["dtransformer"]["lr"] == pytest.approx(1e-3)  # chosen again from the storage

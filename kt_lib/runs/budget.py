@@ -250,6 +250,12 @@ def finished_trials(storage: str, label: str) -> int:
     return 0 if study is None else sum(t.state.is_finished() for t in study.trials)
 
 
+def started_trials(storage: str, label: str) -> int:
+    """Trials of `label`'s study in `storage` in any state, those a kill left running included."""
+    study = _load(storage, label)
+    return 0 if study is None else len(study.trials)
+
+
 def search_label(
     budget: Budget,
     bundle,
@@ -266,7 +272,11 @@ def search_label(
     """Run `label`'s trials until `n_trials` have ended in `storage` (default the budget's; a
     resumed search adds only the missing ones) at `preset` (default the budget's); the Optuna
     study, named budget_<label>. A resumed search seeds its sampler with `seed` plus the trials
-    already ended, so it draws new settings rather than replaying the first ones. With
+    already started (running ones included: a stale trial is finished with its stored settings
+    and draws nothing, so seeding by the ended ones replayed its draws in the next trial), so
+    it draws new settings rather than replaying earlier ones. A trial that crashes (an error
+    other than its settings' ValueError) ends FAIL and counts, as pruned ones do, and is
+    recorded before the error stops the search. With
     `record` (a trial record, `kt_lib.runs.trials`), the storage first gains the recorded
     trials it lacks, and each ended trial is written back to the record. With `checkpoints` (a
     folder; the CLI's is runs/checkpoints/budget/<budget>) every trial keeps an epoch
@@ -293,9 +303,14 @@ def search_label(
     keep = [lambda study, trial: save(storage, label, record, budget.pruner)] if record else []
     pruner = optuna.pruners.MedianPruner(n_startup_trials=budget.startup,
                                          n_warmup_steps=budget.warmup)  # fmt: skip
-    return _optimise(make_spec, bundle, space, budget.metric, left, storage, study_name(label),
-                     seed + ended, 1, pruner, None, progress, callbacks=keep,
-                     checkpoints=checkpoints and Path(checkpoints) / label)  # fmt: skip
+    try:
+        return _optimise(make_spec, bundle, space, budget.metric, left, storage,
+                         study_name(label), seed + started_trials(storage, label), 1, pruner,
+                         None, progress, callbacks=keep,
+                         checkpoints=checkpoints and Path(checkpoints) / label)  # fmt: skip
+    finally:  # a crash ends its trial FAIL without Optuna's callbacks: the record still has it
+        if record is not None:
+            save(storage, label, record, budget.pruner)
 
 
 def best_configs(budget: Budget, storage: str | None = None) -> dict:
@@ -349,6 +364,12 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("budget", choices=sorted(BUDGETS))
     b.add_argument("--storage", default=None)
     b.add_argument("--out", default=None, help="default results/tuning/<budget>.json")
+    b.add_argument("--trials", type=int, default=20, help="the budget every label must have used")
+    b.add_argument(
+        "--partial",
+        action="store_true",
+        help="write even where labels' budgets differ (the file records each one's)",
+    )
     t = sub.add_parser("status", help="trials ended per label, best so far, hours left")
     t.add_argument("budget", choices=sorted(BUDGETS))
     t.add_argument("--trials", type=int, default=20, help="trials per label (the record: 20)")
@@ -411,6 +432,10 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"warning: {label} has no completed trial: each failed (see the log "
                       "above); `kt budget best` will leave it out", flush=True)  # fmt: skip
         return
+    unequal = _unequal(budget, a.storage or budget.storage, a.trials)
+    if unequal and not a.partial:
+        p.error(f"{budget.name}: the labels' budgets are not yet equal ({'; '.join(unequal)}): "
+                "finish the search, or pass --partial to choose from unequal budgets")  # fmt: skip
     configs = best_configs(budget, a.storage)
     if not configs:
         p.error(f"no label of {budget.name!r} has a completed trial in "
@@ -427,6 +452,21 @@ def main(argv: list[str] | None = None) -> None:
     atomic_write_text(out, json.dumps(doc, indent=2) + "\n")
     note = f"; kept from before (no trials here): {', '.join(kept)}" if kept else ""
     print(f"wrote {out}: {', '.join(configs)}{note}")
+
+
+def _unequal(budget: Budget, storage: str, target: int) -> list[str]:
+    """The labels with trials whose budget is not `target` ended trials, none running."""
+    out = []
+    for label in budget.labels:
+        study = _load(storage, label)
+        if study is None or not study.trials:
+            continue  # never searched: left out of the file, not a smaller budget
+        ended = sum(t.state.is_finished() for t in study.trials)
+        running = len(study.trials) - ended
+        if ended != target or running:
+            more = f", {running} running" if running else ""
+            out.append(f"{label} {ended}/{target} ended{more}")
+    return out
 
 
 def _checkpoints(budget: Budget, storage: str | None) -> Path:

@@ -242,6 +242,11 @@ def _finish_stale(study, objective, callbacks=()) -> int:
         except ValueError as e:  # as `optimize(catch=(ValueError,))`: this trial fails alone
             warnings.warn(f"trial {frozen.number} failed: {e}", stacklevel=2)
             study.tell(trial, state=TrialState.FAIL)
+        except Exception:  # as `optimize`: any other error ends the trial FAIL and stops
+            study.tell(trial, state=TrialState.FAIL)  # (a kill, SystemExit, leaves it running)
+            for callback in callbacks:
+                callback(study, study.get_trials(deepcopy=False)[frozen.number])
+            raise
         else:
             if math.isnan(value):
                 study.tell(trial, state=TrialState.FAIL)

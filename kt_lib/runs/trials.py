@@ -122,10 +122,14 @@ def save(storage: str, label: str, path: Path, pruner: dict | None = None) -> in
 def restore(storage: str, label: str, path: Path, pruner: dict | None = None) -> int:
     """Add to `label`'s study in `storage` (created if absent) the trials of the record at
     `path` that it lacks; the number added. `pruner`: as in `read`."""
+    with locked(path):  # two processes restoring one label at once would add its trials twice
+        return _restore(storage, label, read(path, pruner).get(label, []))
+
+
+def _restore(storage: str, label: str, rows: list[dict]) -> int:
     import optuna
     from optuna.distributions import json_to_distribution
 
-    rows = read(path, pruner).get(label, [])
     if not rows:
         return 0
     study = load(storage, label) or optuna.create_study(
