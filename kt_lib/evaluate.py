@@ -136,8 +136,11 @@ def _bucket_metrics(y: np.ndarray, prob: np.ndarray, select: np.ndarray) -> dict
 def history_breakdown(pred: dict[str, np.ndarray], lengths: dict[int, int]) -> dict[str, float]:
     """Per-question AUC/accuracy/count by the scored step's position in the student's log
     (`pos1-10`, `pos11-50`, `pos51-200`, `pos201+`) and by the student's total log length
-    (`lenq1`..`lenq4`, quartiles over the scored students): where short histories lose, and where
-    collaborative memory could help. Binary models (and ordinal ones via P(Y >= 1) at K = 2)."""
+    (`lenq1`..`lenq4`, quartiles over the scored students, each student counted once; bands
+    are closed on the right, so students of one length share a band and ties at an edge can
+    leave a band empty, e.g. algebra05's records cut at 200 steps): where short histories lose,
+    and where collaborative memory could help. Binary models (and ordinal ones via P(Y >= 1) at
+    K = 2)."""
     keep = question_rows(pred)
     y, prob = pred["y_true"][keep], pred["prob"][keep]
     if prob.ndim == 2:  # ordinal: P(top category) is only meaningful as a binary score at K = 2
@@ -153,9 +156,11 @@ def history_breakdown(pred: dict[str, np.ndarray], lengths: dict[int, int]) -> d
             out[f"{k}@{name}"] = v
     uid = pred["uid"][keep]
     total = np.array([lengths[int(u)] for u in uid]) if len(uid) else np.zeros(0)
-    per_student = np.array(sorted({lengths[int(u)] for u in np.unique(uid)}) or [0])
+    # one length per scored student, ties kept: quartiles of the students, not of the distinct
+    # lengths (a set here put ~3/4 of ASSIST2009's and ASSIST2015's students in lenq1)
+    per_student = np.array([lengths[int(u)] for u in np.unique(uid)] or [0])
     edges = np.quantile(per_student, [0.25, 0.5, 0.75])
-    band = np.searchsorted(edges, total, side="left")  # 0..3
+    band = np.searchsorted(edges, total, side="left")  # 0..3: (min, e1], (e1, e2], ...
     for b in range(4):
         for k, v in _bucket_metrics(y, prob, band == b).items():
             out[f"{k}@lenq{b + 1}"] = v

@@ -17,15 +17,17 @@ from sklearn.metrics import (
 
 
 def binary_metrics(y_true: np.ndarray, y_prob: np.ndarray) -> dict[str, float]:
-    """AUC, accuracy (threshold 0.5), RMSE and log-loss for binary predictions."""
+    """AUC, accuracy (threshold 0.5), RMSE and log-loss for binary predictions. Only the
+    log-loss clips the probabilities (to 1e-7 from 0 and 1): AUC ranks the raw ones, so two
+    saturated predictions (0.99999994 and 1.0) stay apart."""
     y_true = np.asarray(y_true).astype(int)
-    y_prob = np.clip(np.asarray(y_prob, dtype=np.float64), 1e-7, 1 - 1e-7)
+    y_prob = np.asarray(y_prob, dtype=np.float64)
     both = len(np.unique(y_true)) == 2
     return {
         "auc": float(roc_auc_score(y_true, y_prob)) if both else float("nan"),
         "acc": float(accuracy_score(y_true, y_prob >= 0.5)),
         "rmse": float(np.sqrt(mean_squared_error(y_true, y_prob))),
-        "logloss": float(log_loss(y_true, y_prob, labels=[0, 1])),
+        "logloss": float(log_loss(y_true, np.clip(y_prob, 1e-7, 1 - 1e-7), labels=[0, 1])),
         "n": int(len(y_true)),
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -72,11 +73,21 @@ def cpu_cores() -> int:
 GPU_MARKERS = ("nvidia", "tesla", "geforce", "quadro", "radeon", "instinct", "gpu")
 
 
-def device_kind(name: str) -> str:
-    """The kind, "gpu" or "cpu", of a run's `device_name`. Runs pair within a kind: a GPU's TF32 and
-    kernels move a result systematically (the same SimAKT run: 0.7927 on an H100, 0.7897 on a
-    CPU); two CPU models differ only in rounding, which the spread over folds already holds."""
-    low = str(name).lower()
+# a CPU's name that mentions its integrated graphics ("AMD Ryzen 7 5800H with Radeon Graphics",
+# "... w/ Radeon 780M Graphics") is still a CPU
+_INTEGRATED = re.compile(r"\b(with|w/)\s+radeon\b.*\bgraphics\b")
+_MISSING = {"", "nan", "none", "null", "<na>"}
+
+
+def device_kind(name: str | None) -> str:
+    """The kind, "gpu" or "cpu", of a run's `device_name`; "unknown" for a missing name (None,
+    NaN, empty), which pairs with nothing. Runs pair within a kind: a GPU's TF32 and kernels
+    move a result systematically (the same SimAKT run: 0.7927 on an H100, 0.7897 on a CPU); two
+    CPU models differ only in rounding, which the spread over folds already holds."""
+    low = str(name).strip().lower() if name is not None else ""
+    if low in _MISSING:
+        return "unknown"
+    low = _INTEGRATED.sub("", low)
     return "gpu" if any(m in low for m in GPU_MARKERS) else "cpu"
 
 

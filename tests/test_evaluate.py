@@ -166,6 +166,24 @@ def test_history_breakdown_scores_each_position_bucket_and_length_quartile():
     assert out["auc@lenq4"] == pytest.approx(roc_auc_score(y[uid == 3], prob[uid == 3]))
 
 
+def test_length_quartiles_count_each_student_once_with_tied_lengths():
+    """The length bands are quartiles of the students, not of the distinct lengths: six students
+    of length 5 and two long ones put the six short ones in the lowest band (a set of lengths
+    made the edges 52.5/100/150 and left one band empty)."""
+    from kt_lib.evaluate import history_breakdown
+
+    lengths = {u: 5 for u in range(6)} | {6: 100, 7: 200}
+    uid = np.concatenate([np.full(n, u) for u, n in lengths.items()])
+    step = np.concatenate([np.arange(n) for n in lengths.values()])
+    y = np.arange(len(uid)) % 2
+    pred = {"y_true": y, "prob": np.full(len(uid), 0.5), "uid": uid, "step": step,
+            "q": np.zeros_like(uid)}  # fmt: skip
+    out = history_breakdown(pred, lengths)
+    # edges over the eight students: 5, 5, 28.75 -> (.., 5] holds the six, (28.75, ..] the two
+    assert out["n@lenq1"] == 30 and out["n@lenq2"] == 0 and out["n@lenq3"] == 0
+    assert out["n@lenq4"] == 300
+
+
 @pytest.mark.parametrize("name", ["dkt", "gkt", "akt"])
 def test_windows_are_batched_longest_first_and_rows_come_back_in_log_order(name, monkeypatch):
     """Each batch pads only to its own rows (lengths sorted, longest first), and the rows equal

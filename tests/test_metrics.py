@@ -8,7 +8,7 @@ import pytest
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
-from kt_lib.metrics import ordinal_metrics
+from kt_lib.metrics import binary_metrics, ordinal_metrics
 
 
 def test_threshold_aucs_and_spearman_against_plain_loops():
@@ -35,3 +35,13 @@ def test_undefined_figures_are_nan_not_errors():
     two = ordinal_metrics(np.array([0, 1, 0, 1]), np.eye(2)[[0, 1, 1, 1]])
     assert "auc_ge1" not in two and two["auc"] == pytest.approx(0.75)
     assert two["spearman"] == pytest.approx(spearmanr([0, 1, 0, 1], [0, 1, 1, 1])[0])
+
+
+def test_auc_ranks_the_raw_probabilities_and_only_the_log_loss_clips():
+    """Saturated outputs stay ordered for AUC (clipping to 1e-7 made both ends ties: AUC 0.5
+    here instead of 0.75), while the log-loss of a confident miss stays finite."""
+    y = np.array([0, 1, 0, 1])
+    prob = np.array([0.9999999, 1.0, 1e-9, 2e-9])
+    m = binary_metrics(y, prob)
+    assert m["auc"] == pytest.approx(roc_auc_score(y, prob)) == pytest.approx(0.75)
+    assert np.isfinite(m["logloss"]) and m["logloss"] > 4

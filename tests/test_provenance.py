@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from kt_lib import provenance
 
 
@@ -28,5 +30,16 @@ def test_device_kind_tells_gpus_from_cpus():
         "AMD Instinct MI300X",
     ):
         assert provenance.device_kind(gpu) == "gpu", gpu
-    for cpu in ("AMD EPYC", "Intel(R) Xeon(R) Processor @ 2.50GHz", "arm64", ""):
+    for cpu in ("AMD EPYC", "Intel(R) Xeon(R) Processor @ 2.50GHz", "arm64"):
         assert provenance.device_kind(cpu) == "cpu", cpu
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [("NVIDIA H200", "gpu"), ("AMD Instinct MI300X", "gpu"), ("AMD Radeon RX 7900 XTX", "gpu"),
+     ("AMD Ryzen 7 5800H with Radeon Graphics", "cpu"),
+     ("AMD Ryzen 9 7940HS w/ Radeon 780M Graphics", "cpu"),
+     ("AMD EPYC", "cpu"), (None, "unknown"), (float("nan"), "unknown"), ("", "unknown")],
+)  # fmt: skip
+def test_device_kind_reads_integrated_graphics_as_a_cpu_and_missing_names_as_unknown(name, kind):
+    assert provenance.device_kind(name) == kind

@@ -185,3 +185,17 @@ def test_two_cpu_models_pair_but_a_gpu_and_a_cpu_do_not():
     res = paired_comparison(pd.DataFrame(rows), "a", "b")
     assert res.n_pairs == 2 and res.mean_diff == pytest.approx(0.005)
     assert "1 pair(s) across devices left out" in res.note
+
+
+def test_a_run_of_unknown_device_pairs_with_nothing():
+    """A row without a device name cannot be shown to share its pair's device kind (it used to
+    count as a CPU): the pair is left out and the note says why."""
+    rows = [
+        {"dataset": "d", "model": m, "fold": 0, "seed": s, "test_auc": v, "device_name": dev}
+        for s, (da, db) in enumerate([("AMD EPYC", "AMD EPYC")] * 2 + [(None, "AMD EPYC")])
+        for m, v, dev in (("a", 0.80 + s / 100, da), ("b", 0.79 + s / 50, db))
+    ]
+    res = paired_comparison(pd.DataFrame(rows), "a", "b")
+    assert res.n_pairs == 2 and res.mean_diff == pytest.approx(0.005)
+    assert "1 pair(s) with a run of unknown device left out" in res.note
+    assert "across devices" not in res.note and res.unmatched_a == 0 and res.unmatched_b == 0

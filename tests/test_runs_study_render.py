@@ -1,20 +1,11 @@
-"""kt_lib.runs.study_render: a cell's device column, the pairs by history position, the blocks."""
+"""kt_lib.runs.study_render: the pairs by history position, the blocks, the summary."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from kt_lib.runs.study_render import _devices, pair_breakdown, write_blocks
-
-
-def test_a_cell_is_mixed_only_when_it_mixes_cpu_and_gpu_runs():
-    def cell(*names):
-        return _devices(pd.DataFrame({"device_name": names}))
-
-    assert cell("AMD EPYC", "AMD EPYC") == "AMD EPYC"
-    assert cell("Intel Xeon", "AMD EPYC") == "AMD EPYC, Intel Xeon"
-    assert cell("NVIDIA H200", "AMD EPYC") == "MIXED: AMD EPYC, NVIDIA H200"
+from kt_lib.runs.study_render import pair_breakdown, write_blocks
 
 
 def test_write_blocks_replaces_each_block_and_only_it(tmp_path):
@@ -90,6 +81,25 @@ def test_the_summary_is_model_by_dataset_with_mean_std_and_runs(tmp_path):
     assert lines[3] == "| akt | 0.7500 (1) | - |"
     assert "4 runs so far" in lines[5]
     assert render_summary(study, tmp_path / "none.json").startswith("No finished run yet")
+
+
+def test_the_summary_marks_a_cell_whose_runs_mix_cpu_and_gpu(tmp_path):
+    from kt_lib.runs.results import add_runs
+    from kt_lib.runs.study import Part, Study
+    from kt_lib.runs.study_render import render_summary
+
+    rows = [
+        {"dataset": "a", "model": m, "fold": f, "seed": 0, "test_auc": v, "run_key": f"{m}/{f}",
+         "device_name": dev}
+        for m, f, v, dev in (("dkt", 1, 0.70, "AMD EPYC"), ("dkt", 2, 0.72, "NVIDIA H200"),
+                             ("akt", 1, 0.75, "AMD EPYC"), ("akt", 2, 0.76, "Intel Xeon"))
+    ]  # fmt: skip
+    add_runs(tmp_path / "s.json", rows)
+    study = Study("s", "?", (Part((("a", "line3"),), ("dkt", "akt")),))
+    lines = render_summary(study, tmp_path / "s.json").splitlines()
+    assert lines[2].startswith("| dkt | 0.7100 ± 0.0141 (2)* |")
+    assert lines[3].startswith("| akt | 0.7550 ± 0.0071 (2) |")  # two CPUs: one kind
+    assert "* the cell's runs mix CPU and GPU" in lines[5]
 
 
 def test_breakdown_pairs_break_down_those_pairs_alone(tmp_path):

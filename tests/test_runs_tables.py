@@ -53,3 +53,27 @@ def test_a_cell_mixing_presets_is_split_not_averaged():
     board = tables.leaderboard(table, published=False).reset_index()
     assert board["model"].tolist() == ["akt [tiny]", "akt [paper]", "dkt"]
     assert board["auc"].tolist() == ["0.7000", "0.8100", "0.8000"]
+
+
+def test_a_cell_is_mixed_only_when_it_mixes_cpu_and_gpu_runs():
+    def cell(*names):
+        return tables.devices_cell(pd.Series(names))
+
+    assert cell("AMD EPYC", "AMD EPYC") == "AMD EPYC"
+    assert cell("Intel Xeon", "AMD EPYC") == "AMD EPYC, Intel Xeon"
+    assert cell("NVIDIA H200", "AMD EPYC") == "MIXED: AMD EPYC, NVIDIA H200"
+    assert cell("AMD EPYC", None) == "MIXED: AMD EPYC, unknown"  # a run of unknown device
+
+
+def test_the_leaderboard_marks_a_cell_that_mixes_cpu_and_gpu_runs():
+    devices = ["AMD EPYC", "NVIDIA H200", "AMD EPYC", "Intel Xeon"]
+    table = pd.DataFrame(
+        {
+            "dataset": ["a09"] * 4,
+            "model": ["akt", "akt", "dkt", "dkt"],
+            "test_auc": [0.80, 0.81, 0.79, 0.80],
+            "device_name": devices,
+        }
+    )
+    board = tables.leaderboard(table, published=False)
+    assert board["device"].tolist() == ["MIXED: AMD EPYC, NVIDIA H200", "AMD EPYC, Intel Xeon"]

@@ -14,6 +14,13 @@ from ..provenance import device_kind
 NEWEST = 3  # a cost is the mean of this many newest matching runs (every run for "guess")
 
 
+def _kind(row: dict) -> str:
+    """The device kind a run's wall time speaks for; a row without a device name counts as a
+    CPU run (the default device) for costing, though it pairs with nothing in the tests."""
+    kind = device_kind(row.get("device_name"))
+    return "cpu" if kind == "unknown" else kind
+
+
 def run_cost(
     rows: list[dict],
     dataset: str,
@@ -41,10 +48,7 @@ def run_cost(
     same_model = lambda r: r["model"] == model  # noqa: E731
     registered = lambda r: base is not None and (r.get("variant_of") or r["model"]) == base  # noqa: E731
     for same_kind in (True, False):
-        made, borrowed = (
-            [r for r in rs if (device_kind(str(r.get("device_name", ""))) == kind) == same_kind]
-            for rs in (rows, pool)
-        )
+        made, borrowed = ([r for r in rs if (_kind(r) == kind) == same_kind] for rs in (rows, pool))
         for basis, runs, same in (
             ("measured", made, cell),
             ("other study", borrowed, cell),
@@ -105,7 +109,7 @@ def kind_hours(rows: list[dict], left: list[dict], kind: str, pool: list[dict] =
     when the study has no run on one (the figure then ends in "~"); "?" if neither has one."""
     if not left:
         return "0"
-    on = lambda rs: [r for r in rs if device_kind(str(r.get("device_name", ""))) == kind]  # noqa: E731
+    on = lambda rs: [r for r in rs if _kind(r) == kind]  # noqa: E731
     made, borrowed, mark = on(rows), on(pool), ""
     if not made:
         made, borrowed, mark = borrowed, [], "~"

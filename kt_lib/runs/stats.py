@@ -133,7 +133,7 @@ def paired_comparison(
         failed += int((~good).sum())
         keyed = _keys(part[good], by).assign(_value=part.loc[good, metric].astype(float).values)
         if DEVICE in part:  # the device kind that made each run: pairs never cross kinds
-            keyed["_device"] = [device_kind(n) for n in part.loc[good, DEVICE].astype(str)]
+            keyed["_device"] = [device_kind(n) for n in part.loc[good, DEVICE]]
         dup = keyed.duplicated(by, keep=False)
         if dup.any():
             raise ValueError(
@@ -143,10 +143,12 @@ def paired_comparison(
             )
         sides[label] = keyed
     pairs = sides[a].merge(sides[b], on=by, suffixes=("_a", "_b"))
-    crossed = 0
+    crossed = unknown = 0
     if "_device_a" in pairs and "_device_b" in pairs:
-        across = (pairs["_device_a"] != pairs["_device_b"]).to_numpy()
-        crossed, pairs = int(across.sum()), pairs[~across]
+        blind = ((pairs["_device_a"] == "unknown") | (pairs["_device_b"] == "unknown")).to_numpy()
+        across = (pairs["_device_a"] != pairs["_device_b"]).to_numpy() & ~blind
+        crossed, unknown = int(across.sum()), int(blind.sum())
+        pairs = pairs[~(across | blind)]
     n = len(pairs)
     xa, xb = pairs["_value_a"].to_numpy(), pairs["_value_b"].to_numpy()
     d = xa - xb
@@ -173,12 +175,17 @@ def paired_comparison(
                 warnings.simplefilter("ignore")
                 p_w = float(st.wilcoxon(xa, xb).pvalue)
     unmatched = {
-        label: len(sides[label]) - n - crossed for label in (a, b)
+        label: len(sides[label]) - n - crossed - unknown for label in (a, b)
     }  # each key is unique per side, so every pair uses one row of each
     if crossed:
         notes.append(
             f"{crossed} pair(s) across devices left out (a run and its pair must come from the "
             "same device kind: CPU and GPU numbers differ by as much as the effects measured)"
+        )
+    if unknown:
+        notes.append(
+            f"{unknown} pair(s) with a run of unknown device left out (no device_name: the "
+            "pair cannot be shown to come from one device kind)"
         )
     if unmatched[a] or unmatched[b]:
         notes.append(f"unmatched runs: {unmatched[a]} of {a}, {unmatched[b]} of {b}")

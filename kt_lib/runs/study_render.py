@@ -10,11 +10,10 @@ from pathlib import Path
 import pandas as pd
 
 from ..fileio import atomic_write_text
-from ..provenance import device_kind
 from ..published import PUBLISHED, PYKT_PAPER
 from .results import load_results
 from .stats import compare_pairs, pairs_markdown
-from .tables import mean_std, to_markdown
+from .tables import devices_cell, mean_std, mixes_devices, to_markdown
 
 
 def _finished(study, path: str | Path | None) -> pd.DataFrame | None:
@@ -56,7 +55,7 @@ def render(study, path: str | Path | None = None) -> str:
             runs=len(part),
             best_epoch=f"{part['best_epoch'].mean():.1f}",
             train_s=f"{part['train_seconds'].mean():.0f}",
-            device=_devices(part),
+            device=devices_cell(part["device_name"]),
         )
         if study.breakdown:
             row.update(_bucket_means(part, BREAKDOWN)[1])
@@ -132,15 +131,20 @@ def render_summary(study, path: str | Path | None = None) -> str:
     metric = "test_auc" if "test_auc" in runs else "test_qwk"
     datasets = list(dict.fromkeys(runs["dataset"]))
     rows = []
+    mixed = False
     for model, part in runs.groupby("model", sort=False):
         row = {"model": model}
         for d in datasets:
-            v = part.loc[part["dataset"] == d, metric].dropna()
-            row[d] = f"{mean_std(v)} ({len(v)})" if len(v) else "-"
+            cell = part[(part["dataset"] == d) & part[metric].notna()]
+            mark = "*" if "device_name" in cell and mixes_devices(cell["device_name"]) else ""
+            mixed |= bool(mark)
+            row[d] = f"{mean_std(cell[metric])} ({len(cell)}){mark}" if len(cell) else "-"
         rows.append(row)
     note = (
-        f"{metric}, mean ± std over folds or seeds (runs); {len(runs)} runs so far. Published "
-        "figures, paired tests and AUC by history position: the full table in docs/leaderboard.md."
+        f"{metric}, mean ± std over folds or seeds (runs); {len(runs)} runs so far"
+        + ("; * the cell's runs mix CPU and GPU" if mixed else "")
+        + ". Published figures, paired tests and AUC by history position: the full table in "
+        "docs/leaderboard.md."
     )
     return to_markdown(pd.DataFrame(rows), index=False) + "\n\n" + note + "\n"
 
@@ -179,14 +183,6 @@ def pair_breakdown(runs: pd.DataFrame, pairs: list[tuple[str, str]]) -> list[str
 ORDINAL_SHOWN = ("test_acc", "test_mae", "test_spearman", "test_macro_f1", "test_auc_ge1")
 BREAKDOWN = ("pos1-10", "pos11-50", "pos51-200", "pos201+")
 LENGTHS = ("lenq1", "lenq2", "lenq3", "lenq4")  # quarters of the test students by log length
-
-
-def _devices(part: pd.DataFrame) -> str:
-    """The devices of a cell's runs; a cell mixing device kinds (CPU and GPU) says so: its
-    spread mixes them. Two CPU models are one kind (they differ only in rounding)."""
-    names = sorted(set(part["device_name"].astype(str)))
-    mixed = len({device_kind(n) for n in names}) > 1
-    return ("MIXED: " if mixed else "") + ", ".join(names)
 
 
 def published_figures(dataset: str, model: str) -> str:

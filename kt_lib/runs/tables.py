@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..provenance import ROOT
+from ..provenance import ROOT, device_kind
 from ..published import protocol_note, published_frame, published_wide
 
 METRICS = ("test_auc", "test_acc", "test_rmse")
@@ -84,9 +84,10 @@ def leaderboard(
         board["train s"] = g["train_seconds"].mean().round(1)
     if "wall_seconds" in table and table["wall_seconds"].notna().any():
         board["wall s"] = g["wall_seconds"].mean().round(1)
-    for col, name in (("device_name", "device"), ("commit", "commit")):
-        if col in table and table[col].notna().any():
-            board[name] = g[col].agg(lambda s: ", ".join(sorted({str(v) for v in s.dropna()})))
+    if "device_name" in table and table["device_name"].notna().any():
+        board["device"] = g["device_name"].agg(devices_cell)
+    if "commit" in table and table["commit"].notna().any():
+        board["commit"] = g["commit"].agg(lambda s: ", ".join(sorted({str(v) for v in s.dropna()})))
     if published:
         pub = published_wide()
         for col in pub.columns:
@@ -170,3 +171,18 @@ def throughput(path: str | Path | None = None) -> pd.DataFrame:
         return pd.DataFrame(columns=cols).set_index("model")
     rows = [r for r in json.loads(path.read_text()) if "error" not in r and "params" in r]
     return pd.DataFrame(rows, columns=cols).set_index("model")
+
+
+def mixes_devices(names: pd.Series) -> bool:
+    """Whether a cell's runs come from more than one device kind (CPU and GPU; a run without a
+    device name is a kind of its own): its spread then mixes them."""
+    return len({device_kind(n) for n in names}) > 1
+
+
+def devices_cell(names: pd.Series) -> str:
+    """The devices of a cell's runs, "MIXED: " first where they mix kinds. Two CPU models are
+    one kind (they differ only in rounding)."""
+    shown = sorted({str(n) for n in names.dropna()})
+    if names.isna().any():
+        shown.append("unknown")
+    return ("MIXED: " if mixes_devices(names) else "") + ", ".join(shown)
