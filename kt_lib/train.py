@@ -207,9 +207,12 @@ class FitResult:
 
 
 @contextlib.contextmanager
-def seeded(seed: int):
-    """Seed torch inside the block and restore the caller's RNG state afterwards."""
-    with torch.random.fork_rng(devices=[]):
+def seeded(seed: int, device: str = "cpu"):
+    """Seed torch inside the block and restore the caller's RNG state afterwards: the CPU's,
+    and the CUDA device's when `device` is one (`manual_seed` reseeds every CUDA generator)."""
+    dev = torch.device(device)
+    cuda = [dev.index or 0] if dev.type == "cuda" and torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=cuda):
         torch.manual_seed(seed)
         yield
 
@@ -229,6 +232,15 @@ def _check_splits(model: KTModel, train: KTDataset, valid: KTDataset, metric: st
             + "; build the model from the data (build_model(name, dataset=...))",
         )
     require(len(valid) > 0, "the validation split holds no student: early stopping needs one")
+    K = model.config.K
+    produced = ({"qwk", "acc", "adjacent_acc", "macro_f1"} | ({"auc"} if K == 2 else set())
+                if model.ordinal else {"auc", "acc"})  # fmt: skip
+    require(
+        metric in produced,
+        f"TrainConfig.metric={metric!r}: the validation of "
+        + (f"an ordinal model at K={K}" if model.ordinal else "a binary model")
+        + f" gives {sorted(produced)}",
+    )
     if metric == "auc":
         seen = np.unique(np.concatenate([s.r for s in valid.students]))
         require(
@@ -239,7 +251,10 @@ def _check_splits(model: KTModel, train: KTDataset, valid: KTDataset, metric: st
 
 
 def _prefix(cfg: TrainConfig, kind: str) -> Path:
-    return Path(f"{cfg.checkpoint}_{kind}")
+    """`<checkpoint>_<kind>` with a placeholder suffix, which the pair's `.pt` and `.json`
+    replace: a dot in the prefix (`akt_lr0.001`) stays in the name rather than being taken for
+    the suffix (best and last would then share one file)."""
+    return Path(f"{cfg.checkpoint}_{kind}.pair")
 
 
 def fit(
@@ -273,7 +288,11 @@ def fit(
     earlier = 0.0  # seconds the run spent before a resume, in the processes before this one
     t0 = time.perf_counter()
 
-    with seeded(cfg.seed), use_backend(cfg.backend), precision_context(cfg.precision, cfg.device):
+    with (
+        seeded(cfg.seed, cfg.device),
+        use_backend(cfg.backend),
+        precision_context(cfg.precision, cfg.device),
+    ):
         tp = time.perf_counter()
         model.prepare(train)  # may set what the parameter groups depend on (SimAKT's influence)
         prepare_seconds = time.perf_counter() - tp  # SimAKT: its memory banks

@@ -42,3 +42,27 @@ def test_a_spec_and_the_keyword_wrapper_give_the_same_run():
     assert skipped.test == {} and skipped.protocols == {} and skipped.valid == typed.valid
     with pytest.raises(ValueError, match="EvalConfig.histories"):
         EvalConfig(histories=("rolling",))
+
+
+def test_the_final_scoring_runs_under_the_runs_attention_backend(monkeypatch):
+    """`TrainConfig.backend` applies to every pass of a run: the validation and test scoring
+    after `fit` too (they ran on the device's default backend before)."""
+    from kt_lib.nn import backend
+
+    seen = []
+    plain_eval, plain_protocols = runs_experiment.evaluate, runs_experiment.evaluate_protocols
+
+    def watched_eval(*a, **k):
+        seen.append(backend._FORCED.get())
+        return plain_eval(*a, **k)
+
+    def watched_protocols(*a, **k):
+        seen.append(backend._FORCED.get())
+        return plain_protocols(*a, **k)
+
+    monkeypatch.setattr(runs_experiment, "evaluate", watched_eval)
+    monkeypatch.setattr(runs_experiment, "evaluate_protocols", watched_protocols)
+    b = load_bundle(None, "synthetic", num_students=30, seq_len=12, num_c=4)
+    tc = TrainConfig(epochs=1, max_len=12, progress=False, backend="reference")
+    runs_experiment.run_experiment(RunSpec("sakt", "tiny", train=tc), b)
+    assert seen == ["reference", "reference"]

@@ -52,6 +52,30 @@ def test_fit_refuses_splits_it_cannot_use():
         fit(model, three, three, progress=False)
     with pytest.raises(ValueError, match="validation split holds no student"):
         fit(model, data, KTDataset([], 5, 0, 2), progress=False)
+    # a stopping metric this model's validation does not give: refused before the first epoch
+    with pytest.raises(ValueError, match=r"metric='qwk': the validation of a binary model"):
+        fit(model, data, data, progress=False, metric="qwk")
+    ordinal = build_model("attention_gpcm", preset="tiny", dataset=three)
+    with pytest.raises(ValueError, match=r"metric='auc': .* ordinal model at K=3"):
+        fit(ordinal, three, three, progress=False, metric="auc")
+
+
+def test_a_dotted_checkpoint_prefix_keeps_best_and_last_apart(tmp_path):
+    """`akt_lr0.001` must not lose `.001_best` and `.001_last` to a suffix rule: both pairs
+    exist after a run, and the best pair holds the best epoch's weights."""
+    data = make_tiny_dataset(5, 0)
+    prefix = tmp_path / "dkt_lr0.001"
+    model = build_model("dkt", preset="tiny", num_c=5)
+    res = fit(model, data, data, progress=False, epochs=3, patience=5, checkpoint=str(prefix))
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert {"dkt_lr0.001_best.pt", "dkt_lr0.001_best.json", "dkt_lr0.001_last.pt",
+            "dkt_lr0.001_last.json"} <= set(names), names  # fmt: skip
+    from kt_lib.checkpoint import load_checkpoint
+
+    meta, tensors = load_checkpoint(tmp_path / "dkt_lr0.001_best.pair")
+    assert meta["epoch"] == res.best_epoch
+    for k, v in res.model.state_dict().items():
+        assert torch.equal(tensors["model"][k], v), k
 
 
 def test_fit_is_deterministic_and_resumes(tmp_path):

@@ -27,8 +27,17 @@ from ..fileio import save_json
 from ..models import build_model
 from ..models.base import KTModel
 from ..nn import native
+from ..nn.backend import use_backend
 from ..provenance import device_name, run_commit
-from ..train import DEFAULT_PROTOCOL, LOSS_PER, TrainConfig, evaluate, evaluate_protocols, fit
+from ..train import (
+    DEFAULT_PROTOCOL,
+    LOSS_PER,
+    TrainConfig,
+    evaluate,
+    evaluate_protocols,
+    fit,
+    seeded,
+)
 from .data import DataSpec
 from .record import RunRecord, now
 from .spec import DEFAULT_PRESET, EvalConfig, RunSpec, train_record, train_settings
@@ -100,20 +109,22 @@ def run_experiment(spec: RunSpec, bundle, on_epoch=None) -> ExperimentResult:
     scored). The test set is scored under both row rules and each of `spec.eval.histories`;
     `test` holds the default protocol's metrics, `protocols` all of them. `on_epoch` goes to
     `fit` (it sees each epoch's history row)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(spec.seed)
+    with seeded(spec.seed, spec.train.device):
         model = build_model(
             spec.model, spec.config, dataset=bundle.train, preset=spec.preset, **spec.fields
         )
     res = fit(model, bundle.train, bundle.valid, spec.train, on_epoch=on_epoch, seed=spec.seed)
     ev = spec.eval.loader()
-    valid_m = evaluate(res.model, bundle.valid, **ev)
     protocols, diagnostics, test = {}, {}, bundle.test
-    if test is not None:
-        protocols = evaluate_protocols(
-            res.model, test, histories=spec.eval.histories, stride=spec.eval.stride, **ev
-        )
-        diagnostics = res.model.diagnostics(test, **ev)
+    # scored with the run's attention backend (equal to float rounding; the setting applies to
+    # every pass of the run), in full precision (a bf16 run is scored in fp32 on purpose)
+    with use_backend(spec.train.backend):
+        valid_m = evaluate(res.model, bundle.valid, **ev)
+        if test is not None:
+            protocols = evaluate_protocols(
+                res.model, test, histories=spec.eval.histories, stride=spec.eval.stride, **ev
+            )
+            diagnostics = res.model.diagnostics(test, **ev)
     return ExperimentResult(
         spec.name,
         res.model,
