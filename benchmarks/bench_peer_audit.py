@@ -70,13 +70,16 @@ Forward = Callable[[Seqs], torch.Tensor]
 def perturb(
     s: Seqs, step: int, g: torch.Generator, channels: tuple[str, ...] = ("r", "q", "t")
 ) -> Seqs:
-    """Copy of `s` with r[:, step:] and q[:, step+1:], t[:, step+1:] redrawn (`channels` only)."""
+    """Copy of `s` with r[:, step:] flipped and q[:, step+1:] moved to another question at
+    random, t[:, step+1:] redrawn (`channels` only); every cell changes (as kt_lib.audit: a
+    redraw kept a cell with probability 1/2 for r and could miss a leak confined to one)."""
     p = s.clone()
     n = L - step - 1
     if "r" in channels:
-        p.r[:, step:] = torch.randint(0, 2, (B, L - step), generator=g) * s.mask[:, step:]
+        p.r[:, step:] = (1 - s.r[:, step:]) * s.mask[:, step:]
     if n > 0 and "q" in channels:
-        p.q[:, step + 1 :] = torch.randint(0, NQ, (B, n), generator=g) * s.mask[:, step + 1 :]
+        shift = torch.randint(1, NQ, (B, n), generator=g)
+        p.q[:, step + 1 :] = (s.q[:, step + 1 :] + shift) % NQ * s.mask[:, step + 1 :]
     if n > 0 and "t" in channels:  # new gaps after step; times stay non-decreasing
         gaps = torch.randint(1, 4000, (B, n), generator=g)
         p.t[:, step + 1 :] = (s.t[:, step : step + 1] + gaps.cumsum(1)) * s.mask[:, step + 1 :]
@@ -98,7 +101,7 @@ def flip_one(s: Seqs, channel: str, at: int) -> Seqs:
 def past_change(fwd: Forward, base: torch.Tensor, s: Seqs, p: Seqs, step: int) -> float:
     """Largest move of the predictions scored against r_1..r_step (valid ones)."""
     keep = (s.mask[:, 1:] & s.mask[:, :-1])[:, :step]
-    diff = (fwd(p)[:, :step] - base[:, :step]).abs()
+    diff = (fwd(p)[:, :step] - base[:, :step]).abs().nan_to_num(nan=float("inf"))  # NaN: moved
     return float(diff[keep].max()) if keep.any() else 0.0
 
 

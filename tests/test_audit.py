@@ -94,7 +94,83 @@ def test_alignment_audit_catches_a_model_that_ignores_q_t():
     assert not result and result.unmoved == [0, 3, 11], str(result)  # ... yet misaligned
     q_now = _ShiftedToy(BaseConfig(num_c=5))
     q_now.forward = lambda b, return_attention=False: ModelOutput(q_now.emb(b.q).squeeze(-1))
+    late = audit_alignment(q_now, batch, steps=[0, 3, 11])  # reads no response at all
+    assert not late and late.unmoved == [] and late.unread == [3, 11], str(late)
+    q_now.reads_responses = False  # an item-only model says so
     assert audit_alignment(q_now, batch, steps=[0, 3, 11])
+
+
+def _history(r: torch.Tensor, lag: int) -> torch.Tensor:
+    """r shifted right by `lag` (r[:, t - lag] at t, zeros before)."""
+    return torch.nn.functional.pad(r.float(), (lag, 0))[:, : r.shape[1]]
+
+
+def test_alignment_audit_catches_a_model_one_response_late():
+    """Reading q_t and the responses up to t-2 is causal but one step late: the audit flips
+    r_{t-1} alone and the prediction at t must move."""
+    from kt_lib.audit import audit_alignment
+
+    batch = random_batch(5, B=3, L=12, seed=2)
+    for lag, ok in ((1, True), (2, False)):
+        model = _ShiftedToy(BaseConfig(num_c=5))
+        model.forward = lambda b, return_attention=False, m=model, lag=lag: ModelOutput(
+            m.emb(b.q).squeeze(-1) + _history(b.r, lag).cumsum(1)
+        )
+        assert audit_causality(model, batch)
+        assert bool(audit_alignment(model, batch, steps=[0, 3, 11])) is ok
+
+
+def test_auditor_catches_leaks_hidden_by_nan_length_grad_or_a_single_cell():
+    """Four ways a leak slipped past: a prediction that turns NaN when the next response is 0;
+    a prediction that reads how many steps the log still has; a leak on a path that only runs
+    with gradients on (checkpointing); and one confined to the last step of one row (a random
+    redraw left that cell unchanged half the time)."""
+    batch = random_batch(5, B=3, L=10, seed=0)
+
+    class NanLeak(_LeakyToy):
+        def forward(self, batch, return_attention=False):
+            nxt = torch.nn.functional.pad(batch.r.float(), (0, 1))[:, 1:]
+            return ModelOutput(logits=self.w * 0 * batch.r + torch.log(nxt * 0 + nxt - 0.5))
+
+    class LengthLeak(_LeakyToy):
+        def forward(self, batch, return_attention=False):
+            left = batch.mask.sum(1, keepdim=True) - torch.arange(batch.q.shape[1])
+            return ModelOutput(logits=self.w * left.float())
+
+    class GradOnlyLeak(_LeakyToy):
+        def forward(self, batch, return_attention=False):
+            nxt = torch.nn.functional.pad(batch.r.float(), (0, 1))[:, 1:]
+            return ModelOutput(logits=self.w * (nxt if torch.is_grad_enabled() else 0 * nxt))
+
+    class OneCellLeak(_LeakyToy):
+        def forward(self, batch, return_attention=False):
+            logits = self.w * torch.zeros_like(batch.r, dtype=torch.float)
+            logits[0, 0] = logits[0, 0] + batch.r[0, -1]  # step 0 of row 0 reads its last answer
+            return ModelOutput(logits=logits)
+
+    for toy in (NanLeak, LengthLeak, OneCellLeak):
+        assert not audit_causality(toy(BaseConfig(num_c=5)), batch, steps=[0], trials=1), toy
+    grad = GradOnlyLeak(BaseConfig(num_c=5))
+    assert audit_causality(grad, batch) and not audit_causality(grad, batch, mode="train")
+
+
+def test_the_audit_leaves_the_models_buffers_as_it_found_them():
+    """Training-mode passes update batch-norm statistics; the audit puts them back."""
+
+    class Normed(_LeakyToy):
+        def __init__(self, config):
+            super().__init__(config)
+            self.bn = torch.nn.BatchNorm1d(1)
+
+        def forward(self, batch, return_attention=False):
+            x = self.bn(batch.q.float().reshape(-1, 1)).reshape(batch.q.shape)
+            return ModelOutput(logits=x)
+
+    model = Normed(BaseConfig(num_c=5)).eval()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    audit_causality(model, random_batch(5, B=3, L=10, seed=0), mode="train")
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before) and not model.training
 
 
 def test_a_batch_mixing_bank_folds_is_audited_one_fold_at_a_time(monkeypatch):

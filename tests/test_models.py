@@ -129,6 +129,43 @@ def test_causality_audit_in_training_mode_and_float64(name):
     assert result, str(result)
     result = audit_causality(model.double(), batch, steps=steps, trials=1, atol=1e-10)
     assert result, str(result)
+    result = audit_causality(model, batch, steps=steps, trials=1, atol=1e-10, mode="train")
+    assert result, str(result)  # the training forward in float64 too
+
+
+def _training_state_rebuilder(train):
+    """`rebuild` for the audit: the batch's rows (uids 0..3, training students) written over
+    those students' logs, then `model.prepare` on that training set: whatever a model builds
+    from its training students (difficulty tables, graphs, memory banks) sees the perturbed
+    logs, so a student reading its own future through that state shows."""
+
+    def rebuild(model, batch):
+        students = list(train.students)
+        for row, uid in enumerate(batch.uid.tolist()):
+            s = students[uid]
+            n = min(int(batch.mask[row].sum()), len(s.q))
+            q, r = s.q.copy(), s.r.copy()
+            q[:n], r[:n] = batch.q[row, :n].numpy(), batch.r[row, :n].numpy()
+            pid = None
+            if s.pid is not None:
+                pid = s.pid.copy()
+                pid[:n] = batch.pid[row, :n].numpy()
+            students[uid] = dataclasses.replace(s, q=q, r=r, pid=pid)
+        model.prepare(dataclasses.replace(train, students=students))
+
+    return rebuild
+
+
+def test_causality_audit_with_the_training_state_rebuilt(name):
+    """A model's state built from training students is rebuilt from the perturbed logs. A model
+    that declares `own_log_in_training_state` (its tables count a training student's own
+    answers, as its paper and pyKT build them) must show that leak here, so the declaration
+    stays true; held-out students are not in the state (tests/test_<model>.py)."""
+    model, batch, K = _setup(name, NUM_PID)
+    train = make_tiny_dataset(NUM_C, NUM_PID, K)
+    result = audit_causality(model, batch, steps=[0, 1, 6, 13, 19], trials=1,
+                             rebuild=_training_state_rebuilder(train))  # fmt: skip
+    assert bool(result) is not bool(model.own_log_in_training_state), str(result)
 
 
 # -- seed 004's public SAKT: padding (section 9.2) and hyperparameter ranges (section 6.1) -------

@@ -104,6 +104,13 @@ class KTModel(nn.Module):
     needs: ClassVar[frozenset[str]] = frozenset()  # data fields it cannot run without: "pid"
     attends: ClassVar[bool] = True  # False: no attention weights to show (return_attention -> {})
     memory_maps: ClassVar[bool] = False  # True: some maps are over memory slots, not steps
+    # False: an item-only model (no response reaches a prediction; `audit_alignment` then does
+    # not ask that changing r_{t-1} move the prediction at t)
+    reads_responses: ClassVar[bool] = True
+    # why the state `prepare` builds from the training students holds a training student's own
+    # answers, which its training predictions then read ("": it does not; the causality audit
+    # with that state rebuilt must then pass): DIMKT's difficulty tables, GKT's graph
+    own_log_in_training_state: ClassVar[str] = ""
 
     @classmethod
     def check_data(cls, num_pid: int, source: str = "the data") -> None:

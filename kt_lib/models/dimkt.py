@@ -82,6 +82,11 @@ class DIMKT(KTModel):
     config_cls = DIMKTConfig
     attends = False  # a recurrence, no attention weights
     needs = frozenset({"pid"})
+    own_log_in_training_state = (
+        "the difficulty tables are correct rates over the training students' answers (the "
+        "paper's and pyKT's construction), a training student's own included; held-out "
+        "students never enter them (tests/test_dimkt.py)"
+    )
 
     def __init__(self, config: DIMKTConfig):
         super().__init__(config)

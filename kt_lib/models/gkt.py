@@ -201,6 +201,16 @@ class GKT(KTModel):
     config_cls = GKTConfig
     attends = False  # a recurrence, no attention weights
 
+    @property
+    def own_log_in_training_state(self) -> str:  # type: ignore[override]
+        """Why the transition graph holds a training student's own log ("" for the dense one)."""
+        if self.config.graph != "transition":
+            return ""
+        return (
+            "the transition graph counts the training students' q_t -> q_{t+1} steps (pyKT's "
+            "construction), a training student's own included; held-out students never enter it"
+        )
+
     def __init__(self, config: GKTConfig):
         super().__init__(config)
         c = config

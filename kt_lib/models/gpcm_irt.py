@@ -39,6 +39,7 @@ class GPCMIRT(KTModel):
     config_cls = GPCMIRTConfig
     ordinal = True
     attends = False
+    reads_responses = False  # item parameters alone
 
     def __init__(self, config: GPCMIRTConfig):
         super().__init__(config)
