@@ -66,3 +66,9 @@ def test_the_final_scoring_runs_under_the_runs_attention_backend(monkeypatch):
     tc = TrainConfig(epochs=1, max_len=12, progress=False, backend="reference")
     runs_experiment.run_experiment(RunSpec("sakt", "tiny", train=tc), b)
     assert seen == ["reference", "reference"]
+
+
+def test_a_run_spec_refuses_a_training_seed_it_would_ignore():
+    with pytest.raises(ValueError, match=r"TrainConfig.seed=3 would be ignored"):
+        RunSpec("dkt", train=TrainConfig(seed=3))
+    assert RunSpec("dkt", seed=3, train=TrainConfig(seed=3)).seed == 3  # the same seed: fine

@@ -133,6 +133,11 @@ class RunSpec:
             raise ValueError(f"RunSpec.fields must be a mapping, got {self.fields!r}")
         if not isinstance(self.train, TrainConfig):
             raise ValueError(f"RunSpec.train must be a TrainConfig, got {type(self.train)}")
+        if self.train.seed not in (TrainConfig.seed, self.seed):  # fit takes the run's seed
+            raise ValueError(
+                f"RunSpec.seed={self.seed} seeds the run; its TrainConfig.seed={self.train.seed} "
+                f"would be ignored: set RunSpec(seed={self.train.seed}) instead"
+            )
         # a run's own copy: nested mappings (a similarity config) are never shared between runs
         object.__setattr__(self, "fields", copy.deepcopy(dict(self.fields)))
         if self.eval is None:
