@@ -24,6 +24,11 @@ PACKAGES = [
 ]
 
 
+# what decides a run's numbers: an edit here marks a row's commit "+dirty" (results/, docs/
+# and notebooks/ do not)
+CODE_PATHS = ("kt_lib", "benchmarks", "pyproject.toml", "constraints.txt")
+
+
 def git_commit() -> str:
     """`git rev-parse --short HEAD` (+dirty); KT_COMMIT when set (a copy of the tree without its
     .git, e.g. on a lent GPU machine, names the commit it was copied from); else "unknown"."""
@@ -37,8 +42,11 @@ def git_commit() -> str:
             text=True,
             check=True,
         ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True
+        dirty = subprocess.run(  # the code only: the studies' own results files change as
+            ["git", "status", "--porcelain", "--", *CODE_PATHS],  # they run, which says nothing
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
         ).stdout.strip()
         return out + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):

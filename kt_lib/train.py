@@ -395,6 +395,12 @@ def fit(
         _, tensors = load_checkpoint(_prefix(cfg, "best"), cfg.device)
         model.load_state_dict(tensors["model"])
         model.load_extra_state(tensors.get("extra", {}))
+    elif best["epoch"] >= 0:  # resumed, its best epoch before the resume, and no file of it
+        raise ValueError(
+            f"{_prefix(cfg, 'best').with_suffix('.pt')} is missing: the best epoch "
+            f"({best['epoch']}) came before the resume and its weights are gone (another "
+            "process removed them?); the last epoch's weights would be reported under its name"
+        )
     model.eval()
     history = pd.DataFrame(rows)
     history.attrs["prepare_seconds"] = prepare_seconds

@@ -58,7 +58,16 @@ def pykt_rows(result: PrepareResult):
 
 
 def assert_layouts_agree(result: PrepareResult, n_folds: int) -> None:
-    """Every fold read from pykt CSV and from the 3/4-line files: same students, same data."""
+    """Every fold read from pykt CSV and from the 3/4-line files: same students, same data; the
+    line files' folds are numbered 1..n, as `fold_plan` plans them for those layouts."""
+    from kt_lib.runs.plan import fold_plan
+
+    name = result.line_dir.name
+    planned = [fold for fold, _ in fold_plan(name, n_folds, [0], str(result.line_dir))]
+    assert planned == list(range(1, n_folds + 1)), planned
+    for k in planned:
+        assert len(list(result.line_dir.glob(f"*_train{k}.csv"))) == 1
+    assert not list(result.line_dir.glob("*_train0.csv"))
     for fold in range(n_folds):
         a, b = result.bundle(fold, "pykt"), result.bundle(fold, "lines")
         assert (a.num_c, a.num_pid, a.K) == (b.num_c, b.num_pid, b.K)

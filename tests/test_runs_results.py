@@ -37,3 +37,16 @@ def test_merge_by_run_key(tmp_path):
     plain.write_text(json.dumps({"args": {}, "protocol": "", "results": [{"model": "dkt"}]}))
     with pytest.raises(ValueError, match="rows with a run_key"):
         merge_files([plain], a)
+
+
+def test_a_failed_row_never_replaces_a_finished_one(tmp_path):
+    """Two processes on one run, or a merged file with a failed copy: the finished numbers stay;
+    a finished row does replace a failed one (the retry)."""
+    path = tmp_path / "r.json"
+    add_runs(path, [{"run_key": "k1", "test_auc": 0.8}, {"run_key": "k2", "error": "OOM"}])
+    add_runs(path, [{"run_key": "k1", "error": "OOM"}, {"run_key": "k2", "test_auc": 0.7}])
+    rows = {r["run_key"]: r for r in read_runs(path)}
+    assert rows["k1"] == {"run_key": "k1", "test_auc": 0.8}
+    assert rows["k2"] == {"run_key": "k2", "test_auc": 0.7}
+    add_runs(path, [{"run_key": "k2", "error": "again"}])
+    assert "error" not in {r["run_key"]: r for r in read_runs(path)}["k2"]

@@ -301,3 +301,11 @@ def test_the_baselines_diagnostics_train_at_their_own_rate_and_the_leaderboard_t
     lb = studies.get("leaderboard")
     lb_runs = {r.name: r for p in lb.part_plans() for r in p.runs(lb.train_config())}
     assert lb_runs["extrakt_lr1e-4"].spec.train.lr == 1e-4 and lb_runs["atkt"].spec.train.lr == 1e-3
+
+
+def test_run_refuses_threads_that_parallel_workers_would_ignore(capsys):
+    from kt_lib.runs import studies
+
+    with pytest.raises(SystemExit):
+        studies.main(["run", "leaderboard", "--workers", "2", "--threads", "1"])
+    assert "drop --threads" in capsys.readouterr().err

@@ -302,3 +302,17 @@ def test_a_window_loss_is_the_step_mean_times_the_scored_steps_per_window():
     assert int(b.mask.sum()) < b.mask.numel()  # some padding
     assert torch.allclose(objective(mean, b.mask, "window"), per_window.mean())
     assert objective(mean, b.mask, "step") is mean
+
+
+def test_a_resumed_run_whose_best_weights_are_gone_refuses_to_report_the_last_ones(tmp_path):
+    """The best epoch came before the resume and its `_best` pair was removed (another process
+    finishing the same run removes it): fit raises rather than return the last epoch's weights
+    under the best epoch's name."""
+    data = make_tiny_dataset(5, 0)
+    prefix = str(tmp_path / "run")
+    kw = dict(epochs=2, patience=9, progress=False, checkpoint=prefix)
+    fit(build_model("dkt", preset="tiny", num_c=5), data, data, **kw)
+    for f in tmp_path.glob("run_best.*"):
+        f.unlink()
+    with pytest.raises(ValueError, match=r"run_best.pt is missing: the best epoch"):
+        fit(build_model("dkt", preset="tiny", num_c=5), data, data, resume=True, **kw)

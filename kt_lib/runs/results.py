@@ -102,13 +102,17 @@ def finished_runs(path: str | Path | None) -> dict[str, dict]:
 
 def add_runs(path: str | Path, new_rows: Iterable[dict]) -> int:
     """Merge rows into a leaderboard results file by `run_key` (a new row replaces one with the
-    same key), under a file lock and with an atomic rewrite, so several processes can fill one
-    file. Returns the number of rows in the file."""
+    same key, except that a failed row never replaces a finished one), under a file lock and with
+    an atomic rewrite, so several processes can fill one file. Returns the number of rows in
+    the file."""
     path = Path(path)
     with locked(path):
         merged = {}
         for r in [*read_runs(path), *new_rows]:
-            merged[r.get("run_key") or f"unkeyed-{len(merged)}"] = r
+            key = r.get("run_key") or f"unkeyed-{len(merged)}"
+            if r.get("error") and key in merged and not merged[key].get("error"):
+                continue  # a failed copy never replaces a finished run (two processes, a merge)
+            merged[key] = r
         rows = list(merged.values())
         save_json(path, {"args": {"kind": "leaderboard"}, "protocol": "", "results": rows})
     return len(rows)

@@ -3,7 +3,7 @@
     kt study list
     kt study status simakt                  # done / left per cell, ETA
     kt study run simakt [--data-root ../shared/data] [--device cuda]
-                                        [--workers 4] [--threads 1]
+                                        [--workers 4 | --threads 1]
     kt study render simakt                   # the README's block, from the file
     kt study render simakt --write           # ... written into README.md and docs/*.md
     kt leaderboard results/simakt.json --pairs simakt_pwd:dtransformer ...
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> None:
         print("(hours from the study's finished runs on that kind of device; '~': from the other "
               "studies' runs on one, by cell, model or all; '?': none has run on one)")  # fmt: skip
         return
-    study = get(a.name)
+    study = declared = get(a.name)
     if getattr(a, "add", None):
         if not a.out or Path(a.out).resolve() == study.path.resolve():
             p.error(f"--add: give --out FILE, a file of your own (results/{study.name}.json holds "
@@ -214,7 +214,11 @@ def main(argv: list[str] | None = None) -> None:
             p.error(str(e))
     if a.cmd == "park":
         finished = {checkpoint_name(k) for k in finished_runs(a.out or study.path)}
-        planned = {checkpoint_name(p_["key"]) for p_ in study.plan()}
+        # parked runs outside the plan are removed (their key changed): the whole declared plan
+        # (and the added models'), not the narrowed one, or --first/--models/--add would remove
+        # the study's other parked runs
+        whole = declared.adding(a.add) if getattr(a, "add", None) else declared
+        planned = {checkpoint_name(p_["key"]) for p_ in [*declared.plan(), *whole.plan()]}
         kept, big = park(study.name, finished, planned=planned)
         for r in kept:
             print(f"parked {r.line()}")
@@ -236,13 +240,17 @@ def main(argv: list[str] | None = None) -> None:
     if a.out and Path(a.out).resolve() != study.path.resolve():  # the study's own rows price too
         pool += [r for r in read_runs(study.path) if not r.get("error")]
     if a.cmd == "run":
+        execution = ExecConfig.from_args(a)
+        if a.threads and execution.parallel:  # no setting accepted and ignored
+            p.error(f"--threads {a.threads} sets this process's threads; with --workers "
+                    f"{a.workers} or --executor ray each worker takes the cores / workers "
+                    "(kt_lib.runs.execute.threads_per_worker): drop --threads")  # fmt: skip
         if a.threads:
             import torch
 
             torch.set_num_threads(a.threads)
         rows, left, eta = status(study, a.data_root, a.out, a.device, pool)
         print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {fmt_eta(eta)}")
-        execution = ExecConfig.from_args(a)
         run(study, a.data_root, a.device, execution, a.out, progress=sys.stderr.isatty())
     rows, left, eta = status(study, a.data_root, a.out, a.device, pool)
     # the cells the narrowed (--models, --datasets, --first) study plans; costs read every run

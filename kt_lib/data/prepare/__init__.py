@@ -79,11 +79,12 @@ class PrepareResult:
     record: dict[str, Any] = field(default_factory=dict)
 
     def bundle(self, fold: int = 0, layout: str = "pykt") -> formats.Bundle:
-        """Train/valid/test of fold `fold` read back from the pykt or the 3/4-line files."""
+        """Train/valid/test of pykt's fold `fold` (0..4) read back from the pykt or the 3/4-line
+        files (where the same fold is numbered `fold + 1`, as the DKVMN and AKT folders)."""
         if layout == "pykt":
             return formats.load_bundle(self.pykt_dir, "pykt", fold=fold, K=self.K)
         if layout == "lines":
-            return formats.load_bundle(self.line_dir, self.line_format, fold=fold, K=self.K)
+            return formats.load_bundle(self.line_dir, self.line_format, fold=fold + 1, K=self.K)
         raise ValueError(f"layout must be 'pykt' or 'lines', got {layout!r}")
 
 

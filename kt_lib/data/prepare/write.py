@@ -7,9 +7,11 @@ Layout of OUT_DIR:
   `keyid2idx.json` maps the raw ids, unescaped, to them, and declares `K`, the responses'
   categories, which `read_pykt` reads when no K is passed);
 - `line4/` (datasets with problem ids) or `line3/` (without): `{name}_train.csv` (all train_valid
-  students), `{name}_test.csv`, and per fold `{name}_train{k}.csv` / `{name}_valid{k}.csv`; 1-based
-  ids, the header line `n,raw_uid` (both layouts; `read_line3`/`read_line4` keep the raw id in
-  `meta["raw_uid"]`), written by kt_lib.data.formats' `write_line4` / `write_line3`;
+  students), `{name}_test.csv`, and per fold `{name}_train{k}.csv` / `{name}_valid{k}.csv` for
+  k = 1..5 (pykt's fold k - 1; the DKVMN and AKT folders' numbering, which `fold_plan`
+  expects); 1-based ids, the header line `n,raw_uid` (both layouts; `read_line3`/`read_line4`
+  keep the raw id in `meta["raw_uid"]`), written by kt_lib.data.formats' `write_line4` /
+  `write_line3`;
 - `prepare.json`: the inputs with their SHA-256, the options, the choices and the counts.
 
 Each file goes to a temp file beside it and is renamed into place, so a reader never sees half of
@@ -111,9 +113,9 @@ def write_lines(seq: Sequences, out: Path, name: str, K: int, n_folds: int) -> P
     tv, test = seq.order[:n_tv], seq.order[n_tv:]
     write(tv, "train")
     write(test, "test")
-    for k in range(n_folds):
-        write(tv[seq.fold[tv] != k], f"train{k}")
-        write(tv[seq.fold[tv] == k], f"valid{k}")
+    for k in range(n_folds):  # numbered 1..n as the DKVMN and AKT folders (pykt's fold k - 1)
+        write(tv[seq.fold[tv] != k], f"train{k + 1}")
+        write(tv[seq.fold[tv] == k], f"valid{k + 1}")
     return d
 
 
