@@ -67,6 +67,7 @@ def remove_checkpoint(prefix: str | Path | None) -> None:
     prefix = Path(prefix)
     for f in prefix.parent.glob(prefix.name + "_*"):
         f.unlink(missing_ok=True)
+    prefix.with_name(prefix.name + ".claim.lock").unlink(missing_ok=True)  # `fit`'s claim
 
 
 def load_checkpoint(path: str | Path, map_location="cpu") -> tuple[dict, dict[str, Any]]:

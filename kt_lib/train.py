@@ -36,6 +36,7 @@ from .evaluate import (  # noqa: F401 -- the protocol's names, importable from h
     predict,
     question_rows,
 )
+from .fileio import locked
 from .models.base import KTModel
 from .nn.backend import check_backend, use_backend
 from .runtime import keep_freed_memory, precision_context, resolve_precision
@@ -268,7 +269,24 @@ def fit(
     """Train with early stopping on the validation metric; returns the best model and history.
 
     `on_epoch(epoch, row)` sees each epoch's history row (train terms, valid metrics) as it is
-    made; it may raise to stop the run (e.g. Optuna's pruning, `kt_lib.runs.search`)."""
+    made; it may raise to stop the run (e.g. Optuna's pruning, `kt_lib.runs.search`). With a
+    `checkpoint`, one process at a time trains it: a second one is refused (a ValueError naming
+    the lock) rather than write the same epoch files."""
+    prefix = overrides.get("checkpoint", (config or TrainConfig()).checkpoint)
+    if not prefix:
+        return _fit(model, train, valid, config, on_epoch, **overrides)
+    with locked(Path(f"{prefix}.claim"), wait=False):  # its file goes in remove_checkpoint
+        return _fit(model, train, valid, config, on_epoch, **overrides)
+
+
+def _fit(
+    model: KTModel,
+    train: KTDataset,
+    valid: KTDataset,
+    config: TrainConfig | None = None,
+    on_epoch: Callable[[int, dict], None] | None = None,
+    **overrides,
+) -> FitResult:
     # types and ranges of every field checked before any work (errors name the field)
     cfg = from_dict(TrainConfig, {**asdict(config or TrainConfig()), **overrides}, "TrainConfig")
     metric = cfg.metric or ("qwk" if model.ordinal and model.config.K > 2 else "auc")

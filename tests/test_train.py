@@ -316,3 +316,19 @@ def test_a_resumed_run_whose_best_weights_are_gone_refuses_to_report_the_last_on
         f.unlink()
     with pytest.raises(ValueError, match=r"run_best.pt is missing: the best epoch"):
         fit(build_model("dkt", preset="tiny", num_c=5), data, data, resume=True, **kw)
+
+
+def test_a_second_process_cannot_train_the_same_checkpointed_run(tmp_path):
+    """Two trainers of one run would write the same epoch files (and one's cleanup delete the
+    other's): while one holds the run's claim, another is refused by name."""
+    from kt_lib.checkpoint import remove_checkpoint
+    from kt_lib.fileio import locked
+
+    data = make_tiny_dataset(5, 0)
+    prefix = tmp_path / "run"
+    kw = dict(epochs=1, progress=False, checkpoint=str(prefix))
+    with locked(tmp_path / "run.claim"), pytest.raises(ValueError, match=r"run.claim.lock is held"):
+        fit(build_model("dkt", preset="tiny", num_c=5), data, data, **kw)
+    fit(build_model("dkt", preset="tiny", num_c=5), data, data, **kw)  # free again: it trains
+    remove_checkpoint(prefix)
+    assert not list(tmp_path.iterdir())  # the claim's file goes with the run's
