@@ -101,7 +101,9 @@ def flip_one(s: Seqs, channel: str, at: int) -> Seqs:
 def past_change(fwd: Forward, base: torch.Tensor, s: Seqs, p: Seqs, step: int) -> float:
     """Largest move of the predictions scored against r_1..r_step (valid ones)."""
     keep = (s.mask[:, 1:] & s.mask[:, :-1])[:, :step]
-    diff = (fwd(p)[:, :step] - base[:, :step]).abs().nan_to_num(nan=float("inf"))  # NaN: moved
+    a, b = fwd(p)[:, :step], base[:, :step]
+    same = (a == b) | (a.isnan() & b.isnan())  # NaN or inf in one pass only: moved
+    diff = (a - b).abs().nan_to_num(nan=float("inf")).masked_fill(same, 0.0)
     return float(diff[keep].max()) if keep.any() else 0.0
 
 

@@ -101,9 +101,11 @@ def truncate_after(batch: Batch, t: int) -> Batch:
 
 def _moved(out: torch.Tensor, base: torch.Tensor, t: int, keep: torch.Tensor) -> float:
     """The largest change of the predictions at steps <= t over the real steps `keep`; a
-    prediction that turns NaN or infinite (or stops being) counts as an infinite change."""
-    diff = (out[:, : t + 1].detach() - base[:, : t + 1].detach()).abs()
-    diff = diff.nan_to_num(nan=float("inf"))
+    prediction that turns NaN or infinite (or stops being) counts as an infinite change, one
+    that is the same infinity or NaN in both passes as none."""
+    a, b = out[:, : t + 1].detach(), base[:, : t + 1].detach()
+    same = (a == b) | (a.isnan() & b.isnan())  # the same infinity (or NaN) twice did not move
+    diff = (a - b).abs().nan_to_num(nan=float("inf")).masked_fill(same, 0.0)
     if diff.dim() == 3:
         diff = diff.amax(-1)
     return float(diff[keep].max()) if keep.any() else 0.0
@@ -235,16 +237,20 @@ class AlignmentResult:
     unmoved: list[int]  # audited steps whose predictions did not move when q_t changed
     min_change: float  # the smallest largest-change over the audited steps
     unread: list[int] = field(default_factory=list)  # steps t whose prediction ignored r_{t-1}
+    responses_checked: bool = True  # False: an item-only model (reads_responses = False)
 
     def __bool__(self) -> bool:
         return self.passed
 
     def __str__(self) -> str:
         if self.passed:
-            return (
+            said = (
                 f"alignment PASS: changing q_t moves the prediction at t (>= {self.min_change:.2e})"
-                " and so does changing r_{t-1}"
             )
+            if not self.responses_checked:
+                return said + "; responses not checked (an item-only model)"
+            ignored = f" (not at {len(self.unread)} of them)" if self.unread else ""
+            return said + f"; so does changing r_(t-1) at most audited steps{ignored}"
         parts = [f"ignores q_t at steps {self.unmoved}"] if self.unmoved else []
         parts += [f"ignores r_(t-1) at steps {self.unread}"] if self.unread else []
         return f"alignment FAIL: the prediction at t {'; '.join(parts)}"
@@ -297,7 +303,8 @@ def audit_alignment(
                 unread.append(t)
     model.train(was_training)
     late = len(unread) * 2 > len(asked)  # sparse selection (sparseKT's top-k) may drop r_{t-1}
-    return AlignmentResult(not unmoved and not late, unmoved, smallest, unread if late else [])
+    checked = bool(getattr(model, "reads_responses", True))
+    return AlignmentResult(not unmoved and not late, unmoved, smallest, unread, checked)
 
 
 def assert_causal(model: KTModel, batch: Batch, **kw) -> AuditResult:

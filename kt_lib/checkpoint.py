@@ -20,6 +20,7 @@ from .fileio import (
     atomic_write_bytes,
     load_json,
     load_tensors,
+    locked,
     read_pair,
     save_json,
     save_tensors,
@@ -65,9 +66,13 @@ def remove_checkpoint(prefix: str | Path | None) -> None:
     if prefix is None:
         return
     prefix = Path(prefix)
-    for f in prefix.parent.glob(prefix.name + "_*"):
-        f.unlink(missing_ok=True)
-    prefix.with_name(prefix.name + ".claim.lock").unlink(missing_ok=True)  # `fit`'s claim
+    try:
+        with locked(prefix.with_name(prefix.name + ".claim"), wait=False):  # `fit`'s claim
+            for f in prefix.parent.glob(prefix.name + "_*"):
+                f.unlink(missing_ok=True)
+            prefix.with_name(prefix.name + ".claim.lock").unlink(missing_ok=True)
+    except ValueError:  # a process trains this run now: its files are its own
+        return
 
 
 def load_checkpoint(path: str | Path, map_location="cpu") -> tuple[dict, dict[str, Any]]:

@@ -26,7 +26,8 @@ PACKAGES = [
 
 # what decides a run's numbers: an edit here marks a row's commit "+dirty" (results/, docs/
 # and notebooks/ do not)
-CODE_PATHS = ("kt_lib", "benchmarks", "pyproject.toml", "constraints.txt")
+CODE_PATHS = ("kt_lib", "benchmarks", ":(exclude)benchmarks/results", "pyproject.toml",
+              "constraints.txt")  # fmt: skip
 
 
 def git_commit() -> str:
@@ -82,8 +83,8 @@ GPU_MARKERS = ("nvidia", "tesla", "geforce", "quadro", "radeon", "instinct", "gp
 
 
 # a CPU's name that mentions its integrated graphics ("AMD Ryzen 7 5800H with Radeon Graphics",
-# "... w/ Radeon 780M Graphics") is still a CPU
-_INTEGRATED = re.compile(r"\b(with|w/)\s+radeon\b.*\bgraphics\b")
+# "... w/ Radeon 780M Graphics", "AMD Ryzen AI 9 HX 370 w/ Radeon 890M") is still a CPU
+_INTEGRATED = re.compile(r"\b(with|w/)\s+radeon\b.*")
 _MISSING = {"", "nan", "none", "null", "<na>"}
 
 

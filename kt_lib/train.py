@@ -36,7 +36,7 @@ from .evaluate import (  # noqa: F401 -- the protocol's names, importable from h
     predict,
     question_rows,
 )
-from .fileio import locked
+from .fileio import load_json, locked
 from .models.base import KTModel
 from .nn.backend import check_backend, use_backend
 from .runtime import keep_freed_memory, precision_context, resolve_precision
@@ -251,6 +251,25 @@ def _check_splits(model: KTModel, train: KTDataset, valid: KTDataset, metric: st
         )
 
 
+def _resumable(cfg: TrainConfig) -> bool:
+    """Whether `<checkpoint>_last` can be resumed: it exists, and so does the best epoch's pair
+    it names (gone, e.g. removed by another process, the run starts afresh with a warning: its
+    best weights could not be returned)."""
+    last = _prefix(cfg, "last").with_suffix(".json")
+    if not last.exists():
+        return False
+    best_epoch, best = load_json(last).get("best_epoch", -1), _prefix(cfg, "best")
+    if best_epoch >= 0 and not best.with_suffix(".pt").exists():
+        warnings.warn(
+            f"{last}: its best epoch ({best_epoch}) has no {best.with_suffix('.pt')}; the run "
+            "starts from epoch 0 (the same draws: it ends as an uninterrupted run)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return False
+    return True
+
+
 def _prefix(cfg: TrainConfig, kind: str) -> Path:
     """`<checkpoint>_<kind>` with a placeholder suffix, which the pair's `.pt` and `.json`
     replace: a dot in the prefix (`akt_lr0.001`) stays in the name rather than being taken for
@@ -315,7 +334,7 @@ def _fit(
         model.prepare(train)  # may set what the parameter groups depend on (SimAKT's influence)
         prepare_seconds = time.perf_counter() - tp  # SimAKT: its memory banks
         opt = make_optimizer(cfg, model.param_groups(cfg.lr))
-        if cfg.resume and _prefix(cfg, "last").with_suffix(".json").exists():
+        if cfg.resume and _resumable(cfg):
             meta, tensors = load_checkpoint(_prefix(cfg, "last"), cfg.device)  # hash-checked
             model.load_state_dict(tensors["model"])
             model.load_extra_state(tensors.get("extra", {}))

@@ -194,3 +194,17 @@ def test_a_batch_mixing_bank_folds_is_audited_one_fold_at_a_time(monkeypatch):
     # the whole mixed batch at once reports the false leak this guards against
     monkeypatch.setattr(model, "bank_folds", lambda b: None)
     assert not audit_causality(model, batch, steps=[2, 8], trials=1, rebuild=rebuild)
+
+
+def test_the_same_infinity_in_both_passes_is_no_move():
+    """A model whose prediction is +inf at a step whatever the future (a saturated logit) did not
+    move there; one that turns NaN only when the future changes did (the NaN toy above)."""
+
+    class Saturated(_LeakyToy):
+        def forward(self, batch, return_attention=False):
+            logits = self.w * torch.zeros_like(batch.r, dtype=torch.float)
+            logits[:, 0] = float("inf")
+            return ModelOutput(logits=logits)
+
+    batch = random_batch(5, B=3, L=10, seed=0)
+    assert audit_causality(Saturated(BaseConfig(num_c=5)), batch)

@@ -345,3 +345,20 @@ def test_a_second_kill_after_a_killed_save_still_leaves_a_whole_checkpoint(
         pass
     monkeypatch.undo()
     assert load_checkpoint(tmp_path / "m")[0]["epoch"] in (0, 2)
+
+
+def test_remove_checkpoint_leaves_a_run_another_process_trains(tmp_path):
+    """A run finished elsewhere has its stale epoch files removed at a study's start, unless a
+    process holds its claim (it trains that run now): then its files are left alone."""
+    from kt_lib.checkpoint import remove_checkpoint
+    from kt_lib.fileio import locked
+
+    prefix = tmp_path / "run"
+    for name in ("run_last.pt", "run_last.json"):
+        (tmp_path / name).write_text("x")
+    with locked(tmp_path / "run.claim"):
+        remove_checkpoint(prefix)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "run.claim.lock", "run_last.json", "run_last.pt"]  # fmt: skip
+    remove_checkpoint(prefix)
+    assert not list(tmp_path.iterdir())

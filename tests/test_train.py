@@ -304,18 +304,26 @@ def test_a_window_loss_is_the_step_mean_times_the_scored_steps_per_window():
     assert objective(mean, b.mask, "step") is mean
 
 
-def test_a_resumed_run_whose_best_weights_are_gone_refuses_to_report_the_last_ones(tmp_path):
+def test_a_resumed_run_whose_best_weights_are_gone_starts_afresh(tmp_path):
     """The best epoch came before the resume and its `_best` pair was removed (another process
-    finishing the same run removes it): fit raises rather than return the last epoch's weights
-    under the best epoch's name."""
+    finishing the same run removes it): the run starts from epoch 0 with a warning (retrying
+    the resume would fail the same way every time) and ends as an uninterrupted run."""
     data = make_tiny_dataset(5, 0)
     prefix = str(tmp_path / "run")
-    kw = dict(epochs=2, patience=9, progress=False, checkpoint=prefix)
-    fit(build_model("dkt", preset="tiny", num_c=5), data, data, **kw)
+    kw = dict(epochs=2, patience=9, progress=False)
+
+    def run(**more):
+        torch.manual_seed(0)
+        return fit(build_model("dkt", preset="tiny", num_c=5), data, data, **kw, **more)
+
+    straight = run()
+    run(checkpoint=prefix)
     for f in tmp_path.glob("run_best.*"):
         f.unlink()
-    with pytest.raises(ValueError, match=r"run_best.pt is missing: the best epoch"):
-        fit(build_model("dkt", preset="tiny", num_c=5), data, data, resume=True, **kw)
+    with pytest.warns(RuntimeWarning, match=r"run_best.pt; the run starts from epoch 0"):
+        again = run(checkpoint=prefix, resume=True)
+    assert again.best_epoch == straight.best_epoch and len(again.history) == 2
+    assert again.best_metric == pytest.approx(straight.best_metric)
 
 
 def test_a_second_process_cannot_train_the_same_checkpointed_run(tmp_path):

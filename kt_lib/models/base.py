@@ -108,8 +108,9 @@ class KTModel(nn.Module):
     # not ask that changing r_{t-1} move the prediction at t)
     reads_responses: ClassVar[bool] = True
     # why the state `prepare` builds from the training students holds a training student's own
-    # answers, which its training predictions then read ("": it does not; the causality audit
-    # with that state rebuilt must then pass): DIMKT's difficulty tables, GKT's graph
+    # log (answers, later questions), which its training predictions then read ("": it does not;
+    # the causality audit with that state rebuilt must then pass): DIMKT's difficulty tables,
+    # GKT's transition graph
     own_log_in_training_state: ClassVar[str] = ""
 
     @classmethod

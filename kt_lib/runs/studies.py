@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
         # (and the added models'), not the narrowed one, or --first/--models/--add would remove
         # the study's other parked runs
         whole = declared.adding(a.add) if getattr(a, "add", None) else declared
-        planned = {checkpoint_name(p_["key"]) for p_ in [*declared.plan(), *whole.plan()]}
+        planned = {checkpoint_name(p_["key"]) for p_ in whole.plan()}
         kept, big = park(study.name, finished, planned=planned)
         for r in kept:
             print(f"parked {r.line()}")

@@ -84,7 +84,8 @@ class PrepareResult:
         if layout == "pykt":
             return formats.load_bundle(self.pykt_dir, "pykt", fold=fold, K=self.K)
         if layout == "lines":
-            return formats.load_bundle(self.line_dir, self.line_format, fold=fold + 1, K=self.K)
+            line_fold = None if fold is None else fold + 1  # None: a seeded holdout of train
+            return formats.load_bundle(self.line_dir, self.line_format, fold=line_fold, K=self.K)
         raise ValueError(f"layout must be 'pykt' or 'lines', got {layout!r}")
 
 
