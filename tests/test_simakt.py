@@ -285,3 +285,21 @@ def test_influence_weight_scales_and_zero_disables():
             assert not model.inter.heads[0].has_banks  # an off head gets no bank
     assert torch.equal(outputs[0.0], torch.zeros_like(outputs[0.0]))
     assert torch.allclose(outputs[2.5], 2.5 * outputs[1.0], atol=1e-6)
+
+
+def test_bank_sizes_shrink_to_the_banks_that_short_logs_leave(recwarn):
+    """Logs shorter than memory.min_length stay out of the banks, so the sizes shrink to what the
+    smallest fold's bank really holds (they shrank to the fold's student count and `prepare`
+    then failed), and the notice names only the sizes of heads that are on."""
+    import dataclasses
+
+    from tests.conftest import make_tiny_dataset
+
+    data = make_tiny_dataset(NUM_C, 0, n=20)
+    short = [dataclasses.replace(s, q=s.q[:3], r=s.r[:3]) for s in data.students[:8]]
+    data = dataclasses.replace(data, students=short + list(data.students[8:]))
+    model = build_model("simakt", preset="cluster_only", dataset=data)
+    model.prepare(data)  # the banks build
+    (notice,) = [w for w in recwarn if "shrink to fit" in str(w.message)]
+    assert "n_clusters -> " in str(notice.message) and "memory_size" not in str(notice.message)
+    assert model.banks() and all(len(bl) == 2 for bl in model.banks().values())  # one per fold

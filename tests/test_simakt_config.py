@@ -327,3 +327,14 @@ def test_omitted_future_weight_is_the_seeds_0_3_and_no_similarity_is_approach_no
     assert model.inter is None
     # the registry's default is a SimAKT, not DTransformer: a documented deviation
     assert SimAKTConfig().similarity == "position_weighted_dual"
+
+
+def test_the_attention_head_reads_no_future_weight_and_weights_must_be_numbers():
+    """The prototype head has no later steps: under position_weighted it reads the decay alone,
+    so a grid over future_weight skips it rather than fail on it; an influence weight that is
+    not a number is refused by name."""
+    from kt_lib.heads.inter.heads import CrossStudentAttentionHead
+
+    assert CrossStudentAttentionHead.temporal_reads("position_weighted") == {"decay_factor"}
+    with pytest.raises(ValueError, match=r"inter_weight must be a number >= 0, got 'big'"):
+        load_simakt_config("dual_modular").with_settings(inter_weight="big")

@@ -24,7 +24,6 @@ students only.
 from __future__ import annotations
 
 import copy
-import math
 import warnings
 from collections import defaultdict
 from collections.abc import Callable
@@ -235,8 +234,7 @@ class SimAKT(DTransformer):
         if "similarity" in fixed:
             return config
         parsed = config.similarity_config()
-        folds = parsed.memory.folds
-        available = len(dataset) - math.ceil(len(dataset) / folds)
+        available = _bank_fold_size(dataset, parsed.memory)
         if available < 1 or not parsed.heads:
             return config
         wanted = {}
@@ -244,10 +242,16 @@ class SimAKT(DTransformer):
             values = [getattr(h.params, name) for _, h in parsed._takers(name)]
             if values and max(values) > available:
                 wanted[name] = available
-        if not wanted:
+        shrunk = parsed.shrink(**wanted) if wanted else parsed
+        # what shrink changed (it skips the sizes of heads that are off), not what was asked
+        said = ", ".join(
+            f"{k} -> {v}"
+            for k, v in wanted.items()
+            if [getattr(h.params, k) for _, h in shrunk._takers(k)]
+            != [getattr(h.params, k) for _, h in parsed._takers(k)]
+        )
+        if not said:
             return config
-        shrunk = parsed.shrink(**wanted)
-        said = ", ".join(f"{k} -> {v}" for k, v in wanted.items())
         warnings.warn(
             f"simakt: {len(dataset)} training students leave {available} per bank fold; "
             f"bank sizes shrink to fit ({said})",
@@ -387,6 +391,20 @@ class SimAKT(DTransformer):
         queries = self.block3.attn.queries(hq)[:, -len(self.inter) :]  # [B, h, L, Dh]
         out, maps = self.inter(queries, ctx)
         return ExtraHeads(out), maps
+
+
+def _bank_fold_size(dataset: KTDataset, memory) -> int:
+    """Students in the smallest bank: those long enough for the banks (`memory.min_length`)
+    outside one cross-fitting fold, as `SimAKT.build_banks` will build them (0: no bank)."""
+    try:
+        folds = FoldAssignment.make(dataset.uids, memory.folds, memory.seed)
+    except ValueError:  # fewer students than folds: build_banks says so
+        return 0
+    kept = [s.uid for s in dataset.students if len(s) >= memory.min_length]
+    if not kept:
+        return 0
+    own = folds.fold_of(torch.as_tensor(kept, dtype=torch.long))
+    return min(len(kept) - int((own == f).sum()) for f in range(folds.n_folds))
 
 
 def bank_rebuilder(train: KTDataset) -> Callable[[SimAKT, Batch], None]:

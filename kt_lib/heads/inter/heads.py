@@ -199,6 +199,12 @@ class CrossStudentAttentionHead(BaseSimilarityHead):
         self.w_v = nn.Linear(d_model, d_head, bias=False)
 
     @classmethod
+    def temporal_reads(cls, strategy: str) -> frozenset[str]:
+        """Under position_weighted the recency decay alone: there are no later steps to weigh
+        (so a search or grid over future_weight skips this head)."""
+        return super().temporal_reads(strategy) - {"future_weight"}
+
+    @classmethod
     def check_temporal(cls, temporal, where: str) -> None:
         if temporal.strategy != CONTENT and temporal.future_weight != 0:
             raise ValueError(

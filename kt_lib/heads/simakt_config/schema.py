@@ -380,7 +380,10 @@ class SimilarityConfig:
                     f"{where}{key}={weight!r} has no effect: this layout has no such head "
                     f"(inter heads: {have})"
                 )
-            require(weight >= 0, f"{key} must be >= 0, got {weight}")
+            require(
+                isinstance(weight, (int, float)) and not isinstance(weight, bool) and weight >= 0,
+                f"{key} must be a number >= 0, got {weight!r}",
+            )
         for head in self.heads:
             weight = weights.get(f"{head.type}_weight", weights.get("inter_weight"))
             if weight is not None:
