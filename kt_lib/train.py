@@ -291,23 +291,21 @@ def fit(
     made; it may raise to stop the run (e.g. Optuna's pruning, `kt_lib.runs.search`). With a
     `checkpoint`, one process at a time trains it: a second one is refused (a ValueError naming
     the lock) rather than write the same epoch files."""
-    prefix = overrides.get("checkpoint", (config or TrainConfig()).checkpoint)
-    if not prefix:
-        return _fit(model, train, valid, config, on_epoch, **overrides)
-    with locked(Path(f"{prefix}.claim"), wait=False):  # its file goes in remove_checkpoint
-        return _fit(model, train, valid, config, on_epoch, **overrides)
+    # types and ranges of every field checked before any work (errors name the field)
+    cfg = from_dict(TrainConfig, {**asdict(config or TrainConfig()), **overrides}, "TrainConfig")
+    claim = locked(Path(f"{cfg.checkpoint}.claim"), wait=False) if cfg.checkpoint else None
+    with claim or contextlib.nullcontext():  # the claim's file goes in remove_checkpoint
+        return _fit(model, train, valid, cfg, on_epoch)
 
 
 def _fit(
     model: KTModel,
     train: KTDataset,
     valid: KTDataset,
-    config: TrainConfig | None = None,
-    on_epoch: Callable[[int, dict], None] | None = None,
-    **overrides,
+    cfg: TrainConfig,
+    on_epoch: Callable[[int, dict], None] | None,
 ) -> FitResult:
-    # types and ranges of every field checked before any work (errors name the field)
-    cfg = from_dict(TrainConfig, {**asdict(config or TrainConfig()), **overrides}, "TrainConfig")
+    """`fit`'s body, on the parsed config (and the run's claim held, with a checkpoint)."""
     metric = cfg.metric or ("qwk" if model.ordinal and model.config.K > 2 else "auc")
     metric = METRIC_ALIASES.get(metric, metric)
     _check_splits(model, train, valid, metric)
