@@ -93,7 +93,7 @@ def encoded(n: int = 30, d: int = 6) -> EncodedSet:
     torch.manual_seed(0)
     table_q, table_r = torch.randn(NUM_C, d), torch.randn(2, d)
     fn = lambda b: table_q[b.q] + table_r[b.r]  # noqa: E731
-    return encode_dataset(fn, data, max_len=5, seq_len=L, batch_size=7)
+    return encode_dataset(fn, data, max_len=5, batch_size=7)
 
 
 CLUSTER = {"type": "cluster", "n_clusters": 4}

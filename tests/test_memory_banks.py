@@ -141,6 +141,21 @@ def test_encodings_and_cluster_bank_are_exact_means():
     assert stats["size_min"] >= 1 and stats["variance_mean"] > 0
 
 
+def test_bank_states_are_each_chunk_at_its_place_in_the_log():
+    enc = encoded()  # logs of 8-16 steps, chunks of 5: up to four windows each
+    longest = max(len(s) for s in enc.dataset.students)
+    assert enc.seq_len == -(-longest // 5) * 5
+    index = [3, 0, 7]
+    states, valid = enc.states(index)
+    for row, i in enumerate(index):
+        n = len(enc.dataset.students[i])
+        assert valid[row].tolist() == [True] * n + [False] * (enc.seq_len - n)
+        for a in range(0, n, 5):
+            stop = min(a + 5, n)
+            chunk = enc.states_fn(collate(enc.dataset, [Window(i, a, stop)], 5))[0, : stop - a]
+            assert torch.allclose(states[row, a:stop], chunk), (i, a)
+
+
 def test_banks_save_load_round_trip(tmp_path):
     enc = encoded()
     banks = {

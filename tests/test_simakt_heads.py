@@ -3,11 +3,13 @@ self-excluding, against naive loops."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
 from kt_lib.audit import audit_causality, random_batch
+from kt_lib.data.dataset import KTDataset, StudentSeq, Window, collate
 from kt_lib.memory import KNNBank
 from kt_lib.memory.banks import random_sample
 from kt_lib.memory.temporal import (
@@ -23,6 +25,7 @@ from tests.simakt_support import (
     NUM_PID,
     L,
     batch_of,
+    dual,
     encoded,
     one_fold_batch,
     simakt,
@@ -261,3 +264,79 @@ def test_graph_position_weighting_mixes_the_past_and_two_step_edges():
     expected = (past + 0.3 * (P @ P)[batch.q[b, t]]) / 1.3
     assert torch.allclose(prior[b, t], expected, atol=1e-5)
     assert torch.allclose(prior.sum(-1), torch.ones(2, L), atol=1e-5)
+
+
+# -- bank positions past the first window --------------------------------------------------------
+
+
+def long_students(n: int = 40, seed: int = 1) -> object:
+    """Logs of two to three windows of L steps (their later windows start at L and 2L)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        m = int(rng.integers(2 * L, 3 * L + 1))
+        out.append(StudentSeq(i, rng.integers(0, NUM_C, m), rng.integers(0, 2, m), None))
+    return KTDataset(out, num_c=NUM_C, num_pid=0, name="long")
+
+
+def test_banks_keep_every_step_at_its_position_in_the_log():
+    train = long_students()
+    model = simakt(dual(0.0), train)
+    cluster, knn = model.inter.heads
+    longest = max(len(s) for s in train.students)
+    assert cluster.sequences.shape[2] == 3 * L >= longest  # whole windows past the first
+    entries = knn.banks[0].uids.tolist()
+    lengths = [len(train.students[u]) for u in entries]  # uid i is student i here
+    assert knn.banks[0].seq_valid.sum(1).tolist() == lengths  # every step, none past the end
+
+
+def test_a_later_window_meets_the_bank_at_its_own_steps():
+    """Row t of a window that starts at step a is compared with the slots' step a + t: a current
+    student whose states equal a cluster's mean states at steps a..a+L-1 is fully similar to it
+    at every row (position weighting without future weight averages cos(cur_i, mem_i), i <= t)."""
+    train = long_students()
+    model = simakt(dual(0.0), train)
+    cluster = model.inter.heads[0]
+    from kt_lib.heads.inter import HeadContext
+
+    seqs, ok = cluster.sequences, cluster.seq_valid
+    for a in (0, L, 2 * L - 3):  # chunk windows and a sliding one
+        c = int(ok[0, :, a : a + L].all(-1).float().argmax())  # a slot with all L steps there
+        assert ok[0, c, a : a + L].all()
+        states = seqs[0, c, a : a + L].unsqueeze(0)
+        fold = torch.zeros(1, dtype=torch.long)
+        ctx = HeadContext(None, None, states, None, fold, None, start=torch.tensor([a]), span=L)
+        sim = cluster.trajectory_similarity(ctx, seqs, ok)[0, :, c]
+        assert torch.allclose(sim, torch.ones(L), atol=1e-5), (a, sim)
+        if a:  # the first window's positions would not match
+            ctx0 = HeadContext(None, None, states, None, fold, None, span=L)
+            assert not torch.allclose(cluster.trajectory_similarity(ctx0, seqs, ok)[0, :, c], sim)
+
+
+def test_later_windows_read_no_bank_step_before_their_start():
+    train = long_students()
+    model = simakt(dual(0.3), train)
+    windows = [Window(i, L, 2 * L) for i in range(4)] + [Window(i, 0, L) for i in range(4, 8)]
+    batch = collate(train, windows, L)
+    with torch.no_grad():
+        base = model(batch).logits
+        for head in model.inter.heads:  # bank steps before L: only the first windows read them
+            head.sequences[:, :, :L] += torch.randn_like(head.sequences[:, :, :L])
+        moved = model(batch).logits
+    assert torch.equal(moved[:4], base[:4])
+    assert not torch.allclose(moved[4:], base[4:])
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_later_windows_are_causal_and_self_excluding(mode):
+    train = long_students()
+    model = simakt(dual(0.3), train)
+    own = model.folds.fold_of(torch.as_tensor(train.uids))
+    for fold in range(model.folds.n_folds):
+        rows = (own == fold).nonzero().squeeze(1)[:4].tolist()
+        batch = collate(train, [Window(i, L, 2 * L) for i in rows], L)
+        rebuild = bank_rebuilder(train) if mode == "eval" else None
+        result = audit_causality(
+            model, batch, steps=[0, 7, 15], trials=1, rebuild=rebuild, mode=mode
+        )
+        assert result, str(result)

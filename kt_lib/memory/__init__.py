@@ -3,7 +3,7 @@
 - `banks`: cluster / KNN / graph banks, bank samplers (farthest-first, random), cross-fitting
   folds, save/load.
 - `encoders`: trajectory encoders (seed heuristic, the model's Block 2) and `encode_dataset`.
-- `similarity`: the seed's four temporal-mismatch strategies (prefix-aligned, position-weighted,
+- `temporal`: the seed's four temporal-mismatch strategies (prefix-aligned, position-weighted,
   multi-scale, trajectory completion), vectorised and registered.
 - `analysis`: cluster purity / agreement with known groups, 2-D projections.
 - `kt memory build ...` (`__main__`): prebuild a configuration's banks per dataset.

@@ -1,10 +1,13 @@
 """Trajectory encoders: students' logs -> per-step states and one encoding per student.
 
 # N students, B batch, L steps, S steps kept per bank sequence, D state dim
-An encoder maps a `Batch` to per-step states [B, L, D]. A student's encoding is the mean of its
-states over its COMPLETE log (every chunk of `max_len` steps, each encoded like a training
-window); its bank sequence is the states of its first `S` steps (bank positions are compared
-with window positions, see `kt_lib.memory.temporal`).
+An encoder maps a `Batch` to per-step states [B, L, D]. A student's log is cut into chunks of
+`window` (the model's `max_len`) steps, each encoded like a training window; its encoding is the
+mean of its states over the COMPLETE log, and its bank sequence holds the states of every step
+at the step's own position in the log, S = the longest log rounded up to whole windows (at least
+one window). A current window starting at step a of its log is compared with bank positions
+a .. a + window - 1 (`kt_lib.heads.inter.base.BaseSimilarityHead.trajectory_similarity`), so
+step a + t of the current student meets step a + t of the historical ones.
 - `heuristic` (seed 000): state_t = E_q[q_t] + E_r[r_t] with fixed, seeded random embedding
   tables, so the encoding is the mean of question + response embeddings. Model-independent.
 - `block2`: the model's own Block 2 (interaction self-attention) states, mean-pooled; they change
@@ -68,15 +71,20 @@ def _batches(
         yield i, collate(dataset, windows[i : i + batch_size], pad_to).to(device)
 
 
+def bank_steps(longest: int, window: int) -> int:
+    """S: the bank positions kept per sequence, the longest log rounded up to whole windows."""
+    return max(1, -(-longest // window)) * window
+
+
 @dataclass
 class EncodedSet:
-    """Students with their encodings, and their first-`seq_len`-step states on demand."""
+    """Students with their encodings, and their per-step states on demand."""
 
     dataset: KTDataset  # the students, in encoding order
     encodings: torch.Tensor  # [N, D] mean state over each complete log
     states_fn: StatesFn
-    seq_len: int  # S
-    batch_size: int
+    window: int  # chunk length states are computed over (the model's max_len)
+    batch_size: int  # windows per forward pass
     device: torch.device | str = "cpu"
 
     @property
@@ -87,6 +95,12 @@ class EncodedSet:
     def lengths(self) -> torch.Tensor:
         return torch.as_tensor([len(s) for s in self.dataset.students], dtype=torch.long)
 
+    @property
+    def seq_len(self) -> int:
+        """S: bank positions per sequence (every step of the longest log, whole windows)."""
+        longest = max((len(s) for s in self.dataset.students), default=0)
+        return bank_steps(longest, self.window)
+
     def subset(self, index) -> EncodedSet:
         index = np.asarray(index, dtype=np.int64)
         return replace(
@@ -95,14 +109,42 @@ class EncodedSet:
             encodings=self.encodings[torch.as_tensor(index)],
         )
 
+    def _groups(self, index: np.ndarray) -> Iterator[np.ndarray]:
+        """Runs of `index` whose chunks fill about one forward pass (one student at least)."""
+        W, group, windows = self.window, [], 0
+        for i in index:
+            n = -(-len(self.dataset.students[int(i)]) // W)
+            if group and windows + n > self.batch_size:
+                yield np.asarray(group)
+                group, windows = [], 0
+            group.append(int(i))
+            windows += n
+        if group:
+            yield np.asarray(group)
+
     def iter_states(self, index=None) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """Batches of (positions [b] into this set, states [b, S, D], valid [b, S])."""
+        """Batches of (positions [b] into this set, states [b, S, D], valid [b, S]): each
+        student's states at every step of its log, computed chunk by chunk."""
         index = np.arange(len(self.dataset)) if index is None else np.asarray(index)
-        S = self.seq_len
-        windows = [Window(int(i), 0, min(S, len(self.dataset.students[int(i)]))) for i in index]
-        for start, batch in _batches(self.dataset, windows, self.batch_size, S, self.device):
-            pos = torch.as_tensor(index[start : start + len(batch.q)], dtype=torch.long)
-            yield pos, self.states_fn(batch).float().cpu(), batch.mask.cpu()
+        S, W, D = self.seq_len, self.window, self.encodings.shape[-1]
+        for group in self._groups(index):
+            windows, rows = [], []
+            for row, i in enumerate(group):
+                n = len(self.dataset.students[i])
+                windows += [Window(int(i), a, min(a + W, n)) for a in range(0, n, W)]
+                rows += [row] * len(range(0, n, W))
+            out = torch.zeros(len(group), S, D)
+            valid = torch.zeros(len(group), S, dtype=torch.bool)
+            if not windows:  # empty logs only: no step, no state
+                yield torch.as_tensor(group), out, valid
+                continue
+            chunk_states = self.states_fn(collate(self.dataset, windows, W).to(self.device))
+            chunk_states = chunk_states.float().cpu()  # [w, W, D]
+            for k, (w, row) in enumerate(zip(windows, rows, strict=True)):
+                n = w.stop - w.start
+                out[row, w.start : w.stop] = chunk_states[k, :n]
+                valid[row, w.start : w.stop] = True
+            yield torch.as_tensor(group), out, valid
 
     def states(self, index) -> tuple[torch.Tensor, torch.Tensor]:
         """(states [n, S, D], valid [n, S]) of the students at `index`, in that order."""
@@ -113,11 +155,9 @@ class EncodedSet:
         self, labels: torch.Tensor, n_groups: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(per-group mean state at each step [G, S, D], members with that step [G, S])."""
-        sums = counts = None
+        sums = torch.zeros(n_groups, self.seq_len, self.encodings.shape[-1])
+        counts = torch.zeros(n_groups, self.seq_len)
         for pos, st, valid in self.iter_states():
-            if sums is None:
-                sums = torch.zeros(n_groups, self.seq_len, st.shape[-1])
-                counts = torch.zeros(n_groups, self.seq_len)
             g = labels[pos]
             sums.index_add_(0, g, st * valid.unsqueeze(-1))
             counts.index_add_(0, g, valid.float())
@@ -128,7 +168,6 @@ def encode_dataset(
     states_fn: StatesFn,
     dataset: KTDataset,
     max_len: int,
-    seq_len: int,
     batch_size: int = 128,
     device="cpu",
 ) -> EncodedSet:
@@ -144,7 +183,7 @@ def encode_dataset(
         sums.index_add_(0, owner[start : start + len(part)], part)
     lengths = torch.as_tensor([len(s) for s in dataset.students], dtype=torch.float32)
     return EncodedSet(
-        dataset, sums / lengths.clamp(min=1).unsqueeze(1), states_fn, seq_len, batch_size, device
+        dataset, sums / lengths.clamp(min=1).unsqueeze(1), states_fn, max_len, batch_size, device
     )
 
 

@@ -4,7 +4,10 @@
 A current student who has reached step t (t + 1 steps known) is compared with M complete
 historical sequences [M, S, D]. Every strategy returns [B, L, M] where row t reads the current
 student's states 0..t only; later memory steps belong to OTHER (training) students, and may be
-read. The seed describes four strategies; each is registered in `TEMPORAL_STRATEGIES`:
+read. Steps count from the start of the current window: the heads hand each window the bank
+positions it covers in the log (`BaseSimilarityHead.trajectory_similarity`), so i = t is the same
+step of the log for both students. The seed describes four strategies; each is registered in
+`TEMPORAL_STRATEGIES`:
 
 - `prefix_aligned` (strategy 1): cos(mean of the current states 0..t, mean of the memory's states
   0..t), i.e. both prefixes encoded the way `kt_lib.memory.encoders` encodes a whole log.

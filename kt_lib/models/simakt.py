@@ -180,7 +180,7 @@ class SimAKT(DTransformer):
         return self.traj_encoder.states(batch, self)
 
     def encode_students(self, data: KTDataset) -> EncodedSet:
-        """Encodings [N, D] of complete logs (and first-window states on demand), eval mode."""
+        """Encodings [N, D] of complete logs (and every step's states on demand), eval mode."""
         if self.traj_encoder is None:
             raise ValueError("this SimAKT has no inter-student head, hence no trajectory encoder")
         mem = self.similarity.memory
@@ -191,7 +191,6 @@ class SimAKT(DTransformer):
                 return encode_dataset(
                     self._encoder_states,
                     data,
-                    self.config.max_len,
                     self.config.max_len,
                     mem.batch_size,
                     self.know.device,
@@ -387,7 +386,17 @@ class SimAKT(DTransformer):
             states = (
                 hs if self.similarity.memory.encoder == "block2" else self._encoder_states(batch)
             )
-        ctx = HeadContext(hq, hs, states, batch.q, self._folds_for(batch), batch.uid, need_weights)
+        ctx = HeadContext(
+            hq,
+            hs,
+            states,
+            batch.q,
+            self._folds_for(batch),
+            batch.uid,
+            need_weights,
+            start=batch.start,
+            span=self.config.max_len,
+        )
         queries = self.block3.attn.queries(hq)[:, -len(self.inter) :]  # [B, h, L, Dh]
         out, maps = self.inter(queries, ctx)
         return ExtraHeads(out), maps

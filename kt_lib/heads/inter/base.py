@@ -86,6 +86,8 @@ class HeadContext:
     fold: torch.Tensor  # [B] bank fold each row reads
     uid: torch.Tensor | None  # [B] student ids
     need_weights: bool = False  # heads return their attention maps (`attend`)
+    start: torch.Tensor | None = None  # [B] step of its log at which each window starts (0)
+    span: int | None = None  # bank positions a window is compared over (the model's max_len)
 
 
 @dataclass
@@ -337,17 +339,43 @@ class BaseSimilarityHead(nn.Module):
         self._padded("entry_valid", ones, False)  # [F, M]
         self._padded("entry_uids", [b.uids for b in banks], -1)  # [F, M]
 
+    def _padded_steps(self, name: str, tensors: list[torch.Tensor], fill=0) -> None:
+        """Register [F, M, S, ...] from per-fold [M_f, S_f, ...] (folds' longest logs differ)."""
+        S = max(t.shape[1] for t in tensors)
+        wide = [
+            torch.cat([t, t.new_full((t.shape[0], S - t.shape[1], *t.shape[2:]), fill)], 1)
+            for t in tensors
+        ]
+        self._padded(name, wide, fill)
+
     def trajectory_similarity(
-        self, states: torch.Tensor, fold: torch.Tensor, sequences: torch.Tensor, valid: torch.Tensor
+        self, ctx: HeadContext, sequences: torch.Tensor, valid: torch.Tensor
     ) -> torch.Tensor:
-        """Temporal-strategy similarity [B, L, M] of each row to the slots of its own fold."""
+        """Temporal-strategy similarity [B, L, M] of each row to the slots of its own fold.
+
+        sequences [F, M, S, D] and valid [F, M, S] hold the slots' states at every step of
+        their logs; a row whose window starts at step a of its log is compared with positions
+        a .. a + span - 1, so its step t (step a + t of the log) meets the slots' step a + t.
+        """
+        states = ctx.states
         B, L, _ = states.shape
+        S = sequences.shape[2]
+        span = ctx.span or S
+        start = torch.zeros_like(ctx.fold) if ctx.start is None else ctx.start.to(ctx.fold.device)
         out = states.new_zeros(B, L, sequences.shape[1])
-        for f in fold.unique().tolist():  # F is small (2 by default); rows are vectorised
-            rows = (fold == f).nonzero(as_tuple=True)[0]
-            out[rows] = self.temporal(states[rows], sequences[f], valid[f]).to(
-                out.dtype
-            )  # under autocast the similarity may come back in bfloat16
+        keys = torch.stack([ctx.fold, start], 1)
+        # few groups: the folds (2 by default) times the window starts (multiples of span in
+        # training); rows of one group are vectorised
+        for f, a in keys.unique(dim=0).tolist():
+            rows = ((ctx.fold == f) & (start == a)).nonzero(as_tuple=True)[0]
+            if a >= S:  # no slot has a step this late: no weight, similarity 0
+                continue
+            mem, ok = sequences[f, :, a : a + span], valid[f, :, a : a + span]
+            if mem.shape[1] < span:  # a sliding window past the longest log: absent steps
+                mem = F.pad(mem, (0, 0, 0, span - mem.shape[1]))
+                ok = F.pad(ok, (0, span - ok.shape[1]), value=False)
+            # under autocast the similarity may come back in bfloat16
+            out[rows] = self.temporal(states[rows], mem, ok).to(out.dtype)
         return out
 
     def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:

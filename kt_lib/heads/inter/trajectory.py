@@ -82,15 +82,13 @@ class ClusterHead(BaseSimilarityHead):
         self._buffer("centroids", [b.centroids for b in banks])  # [F, C, D]
         self._buffer("slot_valid", [b.sizes > 0 for b in banks])  # [F, C]
         if self.temporal is not None:
-            self._buffer("sequences", [b.sequences for b in banks])  # [F, C, S, D]
-            self._buffer("seq_valid", [b.seq_valid for b in banks])  # [F, C, S]
+            self._padded_steps("sequences", [b.sequences for b in banks])  # [F, C, S, D]
+            self._padded_steps("seq_valid", [b.seq_valid for b in banks], False)  # [F, C, S]
 
     def attend(self, query: torch.Tensor, ctx: HeadContext):
         values = self.w_v(self.centroids)[ctx.fold]  # [B, C, Dh]
         if self.temporal is not None:
-            scores = self.trajectory_similarity(
-                ctx.states, ctx.fold, self.sequences, self.seq_valid
-            )
+            scores = self.trajectory_similarity(ctx, self.sequences, self.seq_valid)
         else:
             scores = self.metric(query, self.w_k(self.centroids)[ctx.fold])  # [B, L, C]
         w = masked_softmax(scores / self.p.temperature, self.slot_valid[ctx.fold].unsqueeze(1))
@@ -163,8 +161,8 @@ class KNNHead(BaseSimilarityHead):
     def _install(self, banks: list[KNNBank]) -> None:
         self._install_entries(banks, self.p.k_neighbors, "k_neighbors")
         if self.temporal is not None:
-            self._padded("sequences", [b.sequences for b in banks])  # [F, M, S, D]
-            self._padded("seq_valid", [b.seq_valid for b in banks], False)  # [F, M, S]
+            self._padded_steps("sequences", [b.sequences for b in banks])  # [F, M, S, D]
+            self._padded_steps("seq_valid", [b.seq_valid for b in banks], False)  # [F, M, S]
 
     def attend(self, query: torch.Tensor, ctx: HeadContext):
         B, L, Dh = query.shape
@@ -173,9 +171,7 @@ class KNNHead(BaseSimilarityHead):
         if ctx.uid is not None:  # a student never reads its own entry
             valid = valid & (self.entry_uids[ctx.fold] != ctx.uid.unsqueeze(1))
         if self.temporal is not None:
-            scores = self.trajectory_similarity(
-                ctx.states, ctx.fold, self.sequences, self.seq_valid
-            )
+            scores = self.trajectory_similarity(ctx, self.sequences, self.seq_valid)
         else:
             scores = self.metric(query, self.w_k(self.entries)[ctx.fold])
         scores = scores.masked_fill(~valid.unsqueeze(1), -torch.inf)
