@@ -3,6 +3,8 @@ self-excluding, against naive loops."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -269,12 +271,12 @@ def test_graph_position_weighting_mixes_the_past_and_two_step_edges():
 # -- bank positions past the first window --------------------------------------------------------
 
 
-def long_students(n: int = 40, seed: int = 1) -> object:
-    """Logs of two to three windows of L steps (their later windows start at L and 2L)."""
+def long_students(n: int = 40, seed: int = 1, shortest: int = 2 * L) -> object:
+    """Logs of `shortest` to 3L steps (later windows start at L and 2L)."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
-        m = int(rng.integers(2 * L, 3 * L + 1))
+        m = int(rng.integers(shortest, 3 * L + 1))
         out.append(StudentSeq(i, rng.integers(0, NUM_C, m), rng.integers(0, 2, m), None))
     return KTDataset(out, num_c=NUM_C, num_pid=0, name="long")
 
@@ -306,11 +308,12 @@ def test_a_later_window_meets_the_bank_at_its_own_steps():
         states = seqs[0, c, a : a + L].unsqueeze(0)
         fold = torch.zeros(1, dtype=torch.long)
         ctx = HeadContext(None, None, states, None, fold, None, start=torch.tensor([a]), span=L)
-        sim = cluster.trajectory_similarity(ctx, seqs, ok)[0, :, c]
+        sim = cluster.trajectory_similarity(ctx, seqs, ok)[0][0, :, c]
         assert torch.allclose(sim, torch.ones(L), atol=1e-5), (a, sim)
         if a:  # the first window's positions would not match
             ctx0 = HeadContext(None, None, states, None, fold, None, span=L)
-            assert not torch.allclose(cluster.trajectory_similarity(ctx0, seqs, ok)[0, :, c], sim)
+            first = cluster.trajectory_similarity(ctx0, seqs, ok)[0]
+            assert not torch.allclose(first[0, :, c], sim)
 
 
 def test_later_windows_read_no_bank_step_before_their_start():
@@ -340,3 +343,64 @@ def test_later_windows_are_causal_and_self_excluding(mode):
             model, batch, steps=[0, 7, 15], trials=1, rebuild=rebuild, mode=mode
         )
         assert result, str(result)
+
+
+def _ctx(states, start, fold=0):
+    from kt_lib.heads.inter import HeadContext
+
+    B = states.shape[0]
+    folds = torch.full((B,), fold, dtype=torch.long)
+    return HeadContext(None, None, states, None, folds, None, start=torch.tensor(start), span=L)
+
+
+def test_a_window_reads_span_steps_of_the_bank_from_its_start():
+    """The first window of a log longer than the span reads the bank's first L steps only (as
+    before bank sequences held whole logs), a window straddling the bank's end reads its steps
+    up to S and nothing past it."""
+    train = long_students()
+    model = simakt(dual(0.3), train)
+    cluster = model.inter.heads[0]
+    seqs, ok = cluster.sequences, cluster.seq_valid
+    S = seqs.shape[2]
+    states = torch.randn(2, L, seqs.shape[-1], generator=torch.Generator().manual_seed(0))
+    for a in (0, S - 5):
+        sim, readable = cluster.trajectory_similarity(_ctx(states, [a, a]), seqs, ok)
+        mem, valid = seqs[0, :, a : a + L], ok[0, :, a : a + L]
+        mem = torch.cat([mem, mem.new_zeros(mem.shape[0], L - mem.shape[1], mem.shape[2])], 1)
+        valid = torch.cat([valid, valid.new_zeros(valid.shape[0], L - valid.shape[1])], 1)
+        assert torch.allclose(sim, cluster.temporal(states, mem, valid), atol=1e-6), a
+        assert torch.equal(readable, ok[0, :, a].expand(2, -1))
+
+
+def test_slots_without_the_windows_first_step_are_not_attended():
+    """KNN entries and clusters whose logs end before a later window starts have nothing to
+    compare there: they get no attention weight (not a share for a similarity of 0)."""
+    train = long_students(shortest=L // 2)  # some logs end within the first window
+    model = simakt(dual(0.3), train)
+    cluster, knn = model.inter.heads
+    own = model.folds.fold_of(torch.as_tensor(train.uids))
+    rows = (own == 0).nonzero().squeeze(1)[:4].tolist()
+    batch = collate(train, [Window(i, L, min(2 * L, len(train.students[i]))) for i in rows], L)
+    ended = knn.seq_valid[0, :, L] == 0  # entries of fold 0 without step L
+    assert ended.any() and (~ended & knn.entry_valid[0]).any()
+    with torch.no_grad():
+        maps = model(batch, return_attention=True).attention
+    w = maps[f"block3.{knn.spec.name}"]  # [B, L, M]
+    assert (w[..., ended] == 0).all() and (w.sum(-1) > 0.99).all()
+    late = (cluster.seq_valid[0, :, L] == 0) & cluster.slot_valid[0]
+    if late.any():
+        assert (maps[f"block3.{cluster.spec.name}"][..., late] == 0).all()
+
+
+def test_a_bank_of_first_windows_only_is_refused():
+    """Banks built before bank sequences kept whole logs (first max_len steps only) would leave
+    every later window with nothing to read: installing one is an error naming the fix."""
+    train = long_students()
+    model = simakt(dual(0.3), train)
+    knn = model.inter.heads[1]
+    old = [
+        dataclasses.replace(b, sequences=b.sequences[:, :L], seq_valid=b.seq_valid[:, :L])
+        for b in knn.banks
+    ]
+    with pytest.raises(ValueError, match="keeps 16 steps per sequence.*model.prepare"):
+        knn.install(old)

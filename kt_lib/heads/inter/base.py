@@ -305,6 +305,8 @@ class BaseSimilarityHead(nn.Module):
 
     def install(self, banks: list[Bank]) -> None:
         """Keep the per-fold banks and put their stacked tensors on the head's device."""
+        for b in banks:
+            _check_positions(b, self.spec.name)
         self._banks = list(banks)
         self._install(self._banks)
 
@@ -350,33 +352,40 @@ class BaseSimilarityHead(nn.Module):
 
     def trajectory_similarity(
         self, ctx: HeadContext, sequences: torch.Tensor, valid: torch.Tensor
-    ) -> torch.Tensor:
-        """Temporal-strategy similarity [B, L, M] of each row to the slots of its own fold.
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Temporal-strategy similarity [B, L, M] of each row to the slots of its own fold, and
+        which slots a row may attend to [B, M].
 
         sequences [F, M, S, D] and valid [F, M, S] hold the slots' states at every step of
         their logs; a row whose window starts at step a of its log is compared with positions
-        a .. a + span - 1, so its step t (step a + t of the log) meets the slots' step a + t.
+        a .. a + span - 1 (span: the model's max_len), so its step t (step a + t of the log)
+        meets the slots' step a + t. A slot without step a (a log that ended before the window
+        starts) has nothing to compare there: it is left out of the row's attention rather than
+        attended with similarity 0 (a row left with no slot reads nothing from the head).
         """
-        states = ctx.states
+        if ctx.span is None:
+            raise ValueError("HeadContext.span (the model's max_len) is needed to read bank steps")
+        states, span = ctx.states, ctx.span
         B, L, _ = states.shape
         S = sequences.shape[2]
-        span = ctx.span or S
         start = torch.zeros_like(ctx.fold) if ctx.start is None else ctx.start.to(ctx.fold.device)
         out = states.new_zeros(B, L, sequences.shape[1])
+        readable = torch.zeros(B, sequences.shape[1], dtype=torch.bool, device=out.device)
         keys = torch.stack([ctx.fold, start], 1)
         # few groups: the folds (2 by default) times the window starts (multiples of span in
-        # training); rows of one group are vectorised
+        # training; sliding windows: about one per row); rows of one group are vectorised
         for f, a in keys.unique(dim=0).tolist():
-            rows = ((ctx.fold == f) & (start == a)).nonzero(as_tuple=True)[0]
-            if a >= S:  # no slot has a step this late: no weight, similarity 0
+            if a >= S:  # no slot has a step this late
                 continue
+            rows = ((ctx.fold == f) & (start == a)).nonzero(as_tuple=True)[0]
             mem, ok = sequences[f, :, a : a + span], valid[f, :, a : a + span]
             if mem.shape[1] < span:  # a sliding window past the longest log: absent steps
                 mem = F.pad(mem, (0, 0, 0, span - mem.shape[1]))
                 ok = F.pad(ok, (0, span - ok.shape[1]), value=False)
             # under autocast the similarity may come back in bfloat16
             out[rows] = self.temporal(states[rows], mem, ok).to(out.dtype)
-        return out
+            readable[rows] = ok[:, 0]
+        return out, readable
 
     def forward(self, query: torch.Tensor, ctx: HeadContext) -> torch.Tensor:
         """query [B, L, Dh] -> [B, L, Dh]: a head computes this, or `attend`."""
@@ -397,6 +406,22 @@ class BaseSimilarityHead(nn.Module):
     def maps(self, ctx: HeadContext, w: torch.Tensor) -> dict[str, torch.Tensor]:
         """{this head's name: w detached} when the caller asked for weights, else {}."""
         return {self.spec.name: w.detach()} if ctx.need_weights else {}
+
+
+def _check_positions(bank: Bank, head: str) -> None:
+    """Refuse a bank whose sequences stop before its members' logs do: banks built before
+    2026-11-28 kept each member's first max_len steps only (their later windows would read
+    nothing), which those of today never do (`kt_lib.memory.encoders`)."""
+    seqs, lengths = getattr(bank, "sequences", None), getattr(bank, "lengths", None)
+    if seqs is None or lengths is None or not seqs.shape[1] or not len(lengths):
+        return
+    if seqs.shape[1] < int(lengths.max()):
+        raise ValueError(
+            f"inter-student head {head!r}: this bank keeps {seqs.shape[1]} steps per sequence but "
+            f"its members' logs run to {int(lengths.max())} steps: it was built before bank "
+            "sequences kept every step of a log (2026-11-28). Rebuild the banks from the "
+            "training students: model.prepare(train), or `kt memory build`"
+        )
 
 
 @dataclass

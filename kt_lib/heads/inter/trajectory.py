@@ -87,11 +87,13 @@ class ClusterHead(BaseSimilarityHead):
 
     def attend(self, query: torch.Tensor, ctx: HeadContext):
         values = self.w_v(self.centroids)[ctx.fold]  # [B, C, Dh]
+        slots = self.slot_valid[ctx.fold]  # [B, C]
         if self.temporal is not None:
-            scores = self.trajectory_similarity(ctx, self.sequences, self.seq_valid)
+            scores, readable = self.trajectory_similarity(ctx, self.sequences, self.seq_valid)
+            slots = slots & readable  # clusters with a member at the window's first step
         else:
             scores = self.metric(query, self.w_k(self.centroids)[ctx.fold])  # [B, L, C]
-        w = masked_softmax(scores / self.p.temperature, self.slot_valid[ctx.fold].unsqueeze(1))
+        w = masked_softmax(scores / self.p.temperature, slots.unsqueeze(1))
         return w @ values, self.maps(ctx, w)
 
 
@@ -171,7 +173,8 @@ class KNNHead(BaseSimilarityHead):
         if ctx.uid is not None:  # a student never reads its own entry
             valid = valid & (self.entry_uids[ctx.fold] != ctx.uid.unsqueeze(1))
         if self.temporal is not None:
-            scores = self.trajectory_similarity(ctx, self.sequences, self.seq_valid)
+            scores, readable = self.trajectory_similarity(ctx, self.sequences, self.seq_valid)
+            valid = valid & readable  # entries whose log reaches the window's first step
         else:
             scores = self.metric(query, self.w_k(self.entries)[ctx.fold])
         scores = scores.masked_fill(~valid.unsqueeze(1), -torch.inf)
