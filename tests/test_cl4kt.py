@@ -77,6 +77,22 @@ def test_permute_window_shuffles_one_window_of_real_steps():
     assert torch.equal(permute_window(valid, 0.0, _gen()), torch.arange(L).expand(4, L))
 
 
+def test_permute_window_never_moves_padding_in_at_the_largest_draw(monkeypatch):
+    """The largest uniform draw (1 - 2^-24) puts a key at start + u * size, which in float32
+    rounds to start + size: the key of the step after the window, padding when the window
+    ends the log. The keys are float64, so the window's steps still sort before it."""
+    import kt_lib.nn.augment as augment
+
+    top = torch.tensor(1 - 2**-24, dtype=torch.float32)
+    monkeypatch.setattr(augment, "_rand", lambda shape, like, g: top.expand(shape).clone())
+    L, n = 200, 200 - 1  # the window [140, 199) ends the log; step 199 is padding
+    valid = _valid([n], L)
+    monkeypatch.setattr(augment, "_window_start", lambda n_, size, g: torch.tensor([140]))
+    idx = permute_window(valid, 59 / n, None)
+    assert idx[0, 199] == 199 and sorted(idx[0].tolist()) == list(range(L))
+    assert set(idx[0, 140:199].tolist()) == set(range(140, 199))
+
+
 def test_crop_window_keeps_one_contiguous_window_at_the_front():
     L = 20
     lengths = [20, 13, 2, 1]

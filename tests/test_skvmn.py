@@ -221,3 +221,12 @@ def test_config_refuses_a_bad_triangle():
         build_model("skvmn", num_c=5, tri_a=0.2, tri_b=0.1)
     with pytest.raises(ValueError, match="level_low < level_high"):
         build_model("skvmn", num_c=5, level_low=0.7)
+
+
+@pytest.mark.parametrize(("option", "value"), [("key_fc", 8), ("init_std", 0.01)])
+def test_dkvmn_options_skvmn_does_not_read_are_refused(option, value):
+    """SKVMN inherits DKVMN's config: key_fc (its summary splits [read, raw key]) and init_std
+    (its write input and Hop-LSTM come after DKVMN's initializer) would be dropped silently."""
+    with pytest.raises(ValueError, match=f"{option}={value}: .*leave it"):
+        build_model("skvmn", preset="tiny", num_c=9, **{option: value})
+    build_model("dkvmn", preset="tiny", num_c=9, **{option: value})  # DKVMN reads both

@@ -70,6 +70,18 @@ class SKVMNConfig(DKVMNConfig):
         require(0 <= a < b < c, f"need 0 <= tri_a < tri_b < tri_c, got {a}, {b}, {c}")
         lo, hi = self.level_low, self.level_high
         require(0 < lo < hi <= 1, f"need 0 < level_low < level_high <= 1, got {lo}, {hi}")
+        # DKVMN's options that SKVMN's trunk does not read (its summary splits [read, key] and
+        # its write input and Hop-LSTM are built after DKVMN's initializer): refused, not ignored
+        require(
+            self.key_fc == 0,
+            f"key_fc={self.key_fc}: SKVMN summarises the raw question embedding (pyKT's SKVMN "
+            "has no key layer); key_fc is DKVMN's option, leave it at 0",
+        )
+        require(
+            self.init_std is None,
+            f"init_std={self.init_std}: the DKVMN authors' initializer is DKVMN's; SKVMN's "
+            "write input and Hop-LSTM keep torch's initialisation (as pyKT's), leave it unset",
+        )
 
 
 def identity_vectors(w: torch.Tensor, c: SKVMNConfig) -> torch.Tensor:

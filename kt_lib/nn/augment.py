@@ -85,10 +85,11 @@ def permute_window(
     pos = torch.arange(L, device=valid.device).expand(B, L)
     inside = (pos >= start) & (pos < start + size.unsqueeze(1))
     # sort keys: the position itself outside the window, start + a uniform [0, size) inside it;
-    # outside keys are < start or >= start + size, so only the window's order changes
-    keys = torch.where(
-        inside, start + _rand((B, L), valid, generator) * size.unsqueeze(1), pos.float()
-    )
+    # outside keys are < start or >= start + size, so only the window's order changes. In
+    # float64: in float32, start + u * size can round up to start + size, the key of the step
+    # after the window (padding when the window ends the log), and the sort could swap them
+    u = _rand((B, L), valid, generator).double()
+    keys = torch.where(inside, start + u * size.unsqueeze(1), pos.double())
     return keys.argsort(1)
 
 
