@@ -67,6 +67,15 @@ def cpu_has_bf16() -> bool:
     return any(f in cpu_flags() for f in BF16_FLAGS)
 
 
+def check_device(device: str) -> None:
+    """Refuse a CUDA device on a machine without one, before any data is read (torch would fail
+    at the first tensor moved, after the data were loaded)."""
+    import torch
+
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: this machine has no CUDA device (use --device cpu)")
+
+
 def resolve_precision(precision: str | None, device: str) -> str:
     """`precision` checked, or the device's default: tf32 on CUDA, fp32 elsewhere. "auto": bf16
     on a CPU that multiplies bf16 natively (the attention models' steps 0.4-0.9 of fp32's there,
@@ -79,6 +88,10 @@ def resolve_precision(precision: str | None, device: str) -> str:
         raise ValueError(f"precision must be one of {PRECISIONS} or None, got {precision!r}")
     if precision == "auto":
         return "tf32" if cuda else ("bf16" if cpu_has_bf16() else "fp32")
+    if precision == "tf32" and not cuda:  # it would run fp32 and be recorded as tf32
+        raise ValueError(
+            f"precision tf32 is a CUDA matrix-product mode; on {device} it is fp32: pass fp32"
+        )
     return precision
 
 

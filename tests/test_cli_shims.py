@@ -54,6 +54,48 @@ def test_kt_help_lists_every_subcommand_and_each_answers_help(capsys):
         (["run", "--models", "dkt", "--data-dir", "/no/such/folder"], "/no/such/folder"),
         (["nope"], "unknown command 'nope'"),
         (["bench", "nope"], "no benchmark 'nope'"),
+        # found in a review (2026-11-28): each trained, lost its result or said nothing before
+        (["run", "--models", "dkt", "sakt", "dkt"], "--models names dkt more than once"),
+        (["run", "--models", "dkt", "--seeds", "0", "0"], "--seeds names 0 more than once"),
+        (["run", "--models", "dkt", "--out", "/"], "is a folder"),
+        (["run", "--models", "dkt", "--out", "/no/such/dir/x.json"], "does not exist"),
+        (["run", "--models", "dkt", "--precision", "tf32"], "tf32 is a CUDA matrix-product"),
+        (["run", "--models", "dtransformer"], "pass --max-len 64, or --set max_len=200"),
+        (["run", "--models", "sakt", "--set", "dropout=[1"], "the value is not YAML"),
+        (
+            [
+                "run",
+                "--models",
+                "dkt",
+                "--data-format",
+                "pykt",
+                "--data-dir",
+                "/x",
+                "--columns",
+                "user=u",
+            ],
+            "--columns names the columns of a log file",
+        ),  # fmt: skip
+        (["memory", "build", "--out", "/tmp/kt_nobank", "--set", "foo"], "--set takes KEY=VALUE"),
+        (
+            ["memory", "build", "--out", "/tmp/kt_nobank", "--data-dir", "/x", "--seq-len", "5"],
+            "--seq-len: simulator settings",
+        ),  # fmt: skip
+        (["memory", "build", "--out", "/tmp/kt_nobank", "--d", "0"], "--d 0: must be >= 1"),
+        (
+            [
+                "memory",
+                "build",
+                "--out",
+                "/tmp/kt_nobank",
+                "--similarity",
+                "no_inter_student",
+                "--preset",
+                "tiny",
+            ],
+            "nothing to build",
+        ),  # fmt: skip
+        (["study", "run", "leaderboard", "--threads", "0"], "must be >= 1, got 0"),
     ],
 )
 def test_input_errors_are_one_line_and_exit_2(argv, message, capsys):
@@ -83,3 +125,24 @@ def test_run_trains_with_an_authors_optimiser_and_records_it(tmp_path, capsys):
     )
     assert (t["lr"], t["grad_clip"], t["loss_per"]) == (0.5, 5.0, "window")
     assert row["epochs"] == 2
+
+
+def test_cuda_is_refused_before_any_data_on_a_machine_without_one(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["run", "--models", "dkt", "--device", "cuda"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_runs_with_other_set_fields_are_kept_side_by_side(tmp_path, capsys):
+    """--set is part of a row's identity: a rerun with another dropout adds a row (it used to
+    replace the first, unrecorded); the same command again replaces its own row, and says so."""
+    out = tmp_path / "runs.json"
+    base = ["run", "--models", "dkt", "--epochs", "1", "--out", str(out)]
+    for value in ("0.1", "0.3", "0.3"):
+        assert main([*base, "--set", f"dropout={value}"]) == 0
+    rows = json.loads(out.read_text())["results"]
+    assert sorted(r["set"]["dropout"] for r in rows) == [0.1, 0.3]
+    assert "replaces the earlier row of dkt seed 0" in capsys.readouterr().err

@@ -370,3 +370,12 @@ def test_tiny_data_refuses_an_empty_split(tmp_path):
     with pytest.raises(ValueError, match="2 students .* the valid part"):
         split_students(toy_dataset(2), (0.8, 0.2))
     assert [len(p) for p in split_students(toy_dataset(2), (1.0, 0.0))] == [2, 0]  # asked for none
+
+
+def test_log_columns_are_refused_for_another_layout(tmp_path):
+    """`--columns` (the log reader's column roles) given for a folder that reads as pykt, found
+    by `auto` or named: one clear error, not the pykt reader's unknown keyword (a review)."""
+    write_file(tmp_path, "train_valid.csv", PYKT_HEADER + '0,u7,"3,4","1,2","0,1","1,1"\n')
+    for fmt in ("auto", "pykt"):
+        with pytest.raises(ValueError, match=r"column names \['user'\] are read from a log file"):
+            load_bundle(tmp_path, fmt, user="student")

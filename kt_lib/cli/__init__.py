@@ -11,7 +11,8 @@
 
 Each subcommand takes `--help`. Input errors (a bad value, a missing folder, an unknown name)
 print one `error: ...` line and exit 2; `kt --debug ...` shows the traceback instead. The
-`python -m kt_lib.<module>` forms run the same code.
+`python -m kt_lib.<module>` forms run the same code without this layer: there an input error
+shows its traceback (exit 1).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import runpy
 import sys
 from collections.abc import Callable
 from importlib import metadata
+
+import yaml
 
 from ..provenance import ROOT
 
@@ -37,7 +40,9 @@ COMMANDS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "report": ("kt_lib.reports", (), "run notebooks with Papermill, render HTML reports"),
     "bench": ("", (), "run benchmarks/bench_NAME.py of this checkout"),
 }
-INPUT_ERRORS = (ValueError, KeyError, FileNotFoundError, NotADirectoryError, TypeError)
+# OSError: a missing, unreadable or unwritable path (FileNotFoundError, IsADirectoryError, ...);
+# yaml.YAMLError: a malformed --set value or config file
+INPUT_ERRORS = (ValueError, KeyError, OSError, TypeError, yaml.YAMLError)
 
 
 def version() -> str:
@@ -112,8 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with one_line_usage_errors(name):
             code = _entry(name)(rest)
-    except SystemExit as exc:  # argparse's own exit (--help, a bad flag)
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    except SystemExit as exc:  # argparse's own exit (--help, a bad flag), or a message
+        if exc.code is None or isinstance(exc.code, int):
+            return 0 if exc.code is None else exc.code
+        print(f"error: {exc.code}", file=sys.stderr)  # SystemExit("...") exits 1 in python -m
+        return 2
     except INPUT_ERRORS as exc:
         if debug:
             raise

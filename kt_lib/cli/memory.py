@@ -67,28 +67,36 @@ def _parser() -> argparse.ArgumentParser:
 def build(args: argparse.Namespace) -> Path:
     """Build and save the banks; returns the path written (without suffix)."""
     fmt = "synthetic" if args.data_dir is None and args.data_format == "auto" else args.data_format
-    kw = {}
-    if fmt == "synthetic":
-        kw = {
-            k: v for k, v in (("num_students", args.num_students), ("seq_len", args.seq_len)) if v
-        }
+    given = {"num_students": args.num_students, "seq_len": args.seq_len}
+    kw = {k: v for k, v in given.items() if v is not None}
+    if kw and fmt != "synthetic":  # read by the simulator only: refused, not ignored
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in kw)
+        raise SystemExit(f"{flags}: simulator settings; this build reads {fmt} data")
+    sizes = {"d": args.d, "n_heads": args.n_heads, "max_len": args.max_len}
+    sizes = {k: v for k, v in sizes.items() if v is not None}
+    for k, v in {**kw, **sizes}.items():
+        if v < 1:
+            raise SystemExit(f"--{k.replace('_', '-')} {v}: must be >= 1")
     bundle = load_bundle(args.data_dir, fmt, fold=args.fold, seed=args.seed, **kw)
-    sizes = {
-        k: v for k, v in (("d", args.d), ("n_heads", args.n_heads), ("max_len", args.max_len)) if v
-    }
     changes = {}
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"--set takes KEY=VALUE, got {item!r}")
-        changes[key.strip()] = yaml.safe_load(value)
+        try:
+            changes[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise SystemExit(f"--set {item!r}: the value is not YAML ({exc})") from None
     similarity = load_simakt_config(args.similarity).with_settings(**changes)
     model = build_model(
         "simakt", dataset=bundle.train, preset=args.preset, similarity=similarity, **sizes
     )
     sim = model.similarity
-    if model.inter is None:
-        raise SystemExit(f"{args.similarity}: no inter-student head, nothing to build")
+    if model.inter is None or not model.inter.bank_heads:
+        raise SystemExit(
+            f"{args.similarity}: no active inter-student head reads a bank (none, or every "
+            "influence_weight is 0): nothing to build"
+        )
     if sim.memory.encoder != "heuristic":
         raise SystemExit(
             f"{args.similarity}: encoder {sim.memory.encoder!r} banks depend on the model's "

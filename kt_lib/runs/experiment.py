@@ -29,6 +29,7 @@ from ..models.base import KTModel
 from ..nn import native
 from ..nn.backend import use_backend
 from ..provenance import device_name, run_commit
+from ..runtime import check_device
 from ..train import (
     DEFAULT_PROTOCOL,
     LOSS_PER,
@@ -301,8 +302,13 @@ def model_fields(items: list[str], models: list[str]) -> dict[str, dict]:
         model, dot, field_name = key.rpartition(".")
         if dot and model not in out:
             raise ValueError(f"--set {item!r}: {model!r} is not one of --models {models}")
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            problem = getattr(exc, "problem", None) or exc
+            raise ValueError(f"--set {item!r}: the value is not YAML ({problem})") from None
         for m in [model] if dot else models:
-            out[m][field_name if dot else key] = yaml.safe_load(value)
+            out[m][field_name if dot else key] = parsed
     return out
 
 
@@ -324,8 +330,21 @@ def column_map(text: str | None) -> dict[str, str]:
 
 
 def _row_key(row: dict) -> tuple:
-    """What makes an experiment row the same run: a rerun replaces it in --out."""
-    return tuple(row.get(k) for k in ("dataset", "fold", "model", "seed", "preset"))
+    """What makes an experiment row the same run: a rerun replaces it in --out. The --set
+    fields and the training settings are part of it: a run with another dropout or learning
+    rate is another run, kept beside the first."""
+    same = tuple(row.get(k) for k in ("dataset", "fold", "model", "seed", "preset"))
+    settings = {k: row.get(k) or {} for k in ("set", "train")}
+    return (*same, json.dumps(settings, sort_keys=True, default=str))
+
+
+def _check_out(out: str) -> None:
+    """--out must be a file in an existing folder: found before the runs, not after them."""
+    path = Path(out)
+    if path.is_dir():
+        raise ValueError(f"--out {out}: is a folder; name a results file such as {out}/runs.json")
+    if not path.parent.is_dir():
+        raise ValueError(f"--out {out}: the folder {path.parent} does not exist")
 
 
 def _kept_rows(out: str, overwrite: bool) -> list[dict]:
@@ -347,10 +366,20 @@ def main(argv: list[str] | None = None) -> None:
 
     p = _parser()
     a = p.parse_args(argv)
+    for flag, values in (("--models", a.models), ("--seeds", a.seeds)):
+        twice = sorted({str(v) for v in values if values.count(v) > 1})
+        if twice:  # the same run twice: trained twice, stored as one row
+            p.error(f"{flag} names {', '.join(twice)} more than once")
     try:
+        _check_out(a.out)
+        check_device(a.device)
         per_model = model_fields(a.set, a.models)
     except ValueError as exc:
         p.error(str(exc))
+    if a.columns and a.data_format not in (None, "log", "auto"):  # the other readers take none
+        p.error(
+            f"--columns names the columns of a log file (--data-format log), not {a.data_format}"
+        )
     try:
         data = DataSpec(a.data_dir, a.data_format, a.fold, kw=column_map(a.columns))
     except ValueError as exc:
@@ -420,10 +449,14 @@ def main(argv: list[str] | None = None) -> None:
             train=train_record(train_settings(tc), tc),  # as a study's rows
         )
         row = {**record.row(), "valid": res.valid, "protocols": res.protocols}
+        row["set"] = dict(spec.fields)  # the --set fields (part of the row's key)
         row["history"] = res.history.to_dict(orient="list")
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "history"}), flush=True)
         new = {_row_key(r) for r in rows}
+        if _row_key(row) in {_row_key(r) for r in kept}:
+            print(f"note: replaces the earlier row of {spec.name} seed {spec.seed} in {a.out}",
+                  file=sys.stderr)  # fmt: skip
         merged = [r for r in kept if _row_key(r) not in new] + rows
         save_json(a.out, {"args": vars(a), "protocol": bundle.protocol, "results": merged})
 

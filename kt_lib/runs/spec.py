@@ -149,8 +149,20 @@ class RunSpec:
         return self.label or self.model
 
     def validate(self) -> RunSpec:
-        """Refuse an unregistered model or fields its config lacks, before any work."""
+        """Refuse an unregistered model or fields its config lacks, and windows longer than
+        the model's positions (`max_len` of its config), before any work."""
         check_fields(self.model, self.fields, f"run {self.name!r}")
+        cls = MODELS[self.model].config_cls
+        if "max_len" in config_fields(self.model) and self.config is None:
+            preset = {} if self.preset == "default" else cls.PRESETS.get(self.preset, {})
+            default = next(f.default for f in dataclasses.fields(cls) if f.name == "max_len")
+            positions = {"max_len": default, **preset, **self.fields}["max_len"]
+            if isinstance(positions, int) and self.train.max_len > positions:
+                raise ValueError(
+                    f"run {self.name!r}: windows of {self.train.max_len} steps (--max-len) but "
+                    f"preset {self.preset!r} gives the model {positions} positions (max_len): "
+                    f"pass --max-len {positions}, or --set max_len={self.train.max_len}"
+                )
         return self
 
 

@@ -28,6 +28,7 @@ from ..provenance import ROOT
 from .cost import cells, fmt_eta, kind_hours, run_cost
 from .declared import DECLARED
 from .execute import ExecConfig
+from .experiment import at_least_one
 from .leaderboard import checkpoint_name, run_plan
 from .parking import PARKED, in_flight, park, parked, price_in_flight, unpark
 from .results import finished_runs, read_runs
@@ -158,7 +159,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         if cmd == "run":
             ExecConfig.add_arguments(s)
-            s.add_argument("--threads", type=int, default=None, help="torch threads (one worker)")
+            s.add_argument("--threads", type=at_least_one, default=None,
+                           help="torch threads (one worker)")  # fmt: skip
         s.add_argument(
             "--first",
             type=int,

@@ -211,6 +211,9 @@ _LOADERS = {
 _FOLDER_FORMATS = ("line3", "line4", "pykt")  # formats whose data_dir is a folder of files
 
 
+LOG_COLUMNS = {"user", "skill", "problem", "correct", "order"}  # roles of a log file's columns
+
+
 def load_bundle(
     data_dir: PathLike | None = None,
     data_format: str = "synthetic",
@@ -253,6 +256,12 @@ def load_bundle(
         data_format, why, found = _detect(d, kw)
         if found != d:  # the pykt subfolder of a folder of layouts: named like the folder
             name, d = f"{d.name}/{found.name}", found
+    roles = sorted(set(kw) & LOG_COLUMNS)
+    if roles and data_format != "log":  # another reader would fail on an unknown keyword
+        raise ValueError(
+            f"column names {roles} are read from a log file (data_format='log'); {d} reads as "
+            f"{data_format}"
+        )
     if data_format in _FOLDER_FORMATS and not d.is_dir():
         if d.is_file():
             raise ValueError(
