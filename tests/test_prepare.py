@@ -22,7 +22,7 @@ from prepare_helpers import (
 
 from kt_lib.data.__main__ import main
 from kt_lib.data.formats import load_bundle
-from kt_lib.data.prepare import prepare
+from kt_lib.data.prepare import DATASETS, prepare
 from kt_lib.data.prepare.core import split_folds
 
 A09 = (
@@ -386,3 +386,68 @@ def test_auto_reads_the_pykt_subfolder_of_a_prepared_folder(tmp_path):
         r"old/ \(pykt\), pykt/ \(pykt\); pass one of them",
     ):
         load_bundle(tmp_path / "a15", "auto")
+
+
+def test_reprepare_with_fewer_folds_leaves_no_file_of_the_old_split(tmp_path, capsys):
+    raw = write_rows(tmp_path / "raw.csv", A15, _a15_rows())
+    out = tmp_path / "out"
+    res = prepare("assist2015", raw, out, n_folds=5)
+    assert (res.line_dir / "assist2015_valid5.csv").is_file()
+    (res.line_dir / "notes.txt").write_text("mine")  # not the writer's: kept
+    (res.line_dir / "mydata_train9.csv").write_text("1\n1\n1\n")  # no dataset's name: kept
+    (out / "line4").mkdir()  # an earlier preparation's other layout
+    (out / "line4" / "assist2009_train.csv").write_text("1\n1\n1\n1\n")
+    argv = ["prepare", "assist2015", str(raw), str(out), "--folds", "3", "--seed", "7"]
+    assert main(argv) == 0
+    capsys.readouterr()
+    names = sorted(f.name for f in res.line_dir.iterdir())
+    want = ["assist2015_test.csv", "assist2015_train.csv"]
+    want += [f"assist2015_{s}{k}.csv" for k in (1, 2, 3) for s in ("train", "valid")]
+    assert names == sorted([*want, "notes.txt", "mydata_train9.csv"])
+    assert not (out / "line4").exists()
+    for fold in (4, 5):
+        with pytest.raises(
+            FileNotFoundError, match=f"no file matching 'assist2015_train{fold}.csv'"
+        ):
+            load_bundle(res.line_dir, "line3", fold=fold, prefix="assist2015")
+    res3 = prepare("assist2015", raw, out, n_folds=3, seed=7)
+    assert len(record(res3)["counts"]["folds"]) == 3
+    assert_layouts_agree(res3, 3)
+    with pytest.raises(ValueError, match="has no fold 3"):
+        res3.bundle(3, "pykt")
+
+
+def test_options_of_another_dataset_are_refused(tmp_path, capsys):
+    raw = write_rows(tmp_path / "raw.csv", A15, _a15_rows())
+    with pytest.raises(ValueError, match="max_users is an option of ednet only; assist2015 does"):
+        prepare("assist2015", raw, tmp_path / "o", max_users=5)
+    with pytest.raises(ValueError, match="task is an option of eedi only; assist2015 does not"):
+        prepare("assist2015", raw, tmp_path / "o", task="3_4")
+    argv = ["prepare", "assist2015", str(raw), str(tmp_path / "o")]
+    assert main([*argv, "--max-users", "5"]) == 2
+    assert "max_users is an option of ednet only" in capsys.readouterr().err
+    assert main([*argv, "--task", "3_4"]) == 2
+    assert "task is an option of eedi only" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_output_path_that_is_not_a_folder_is_refused_before_reading(tmp_path, monkeypatch):
+    raw = write_rows(tmp_path / "raw.csv", A15, _a15_rows())
+    (tmp_path / "file").write_text("keep")
+    with pytest.raises(ValueError, match=r"file: the output path exists and is not a folder"):
+        prepare("assist2015", raw, tmp_path / "file")
+    with pytest.raises(ValueError, match=r"file: exists and is not a folder, so the output .*sub"):
+        prepare("assist2015", raw, tmp_path / "file" / "sub")
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "pykt").write_text("")
+    with pytest.raises(ValueError, match=r"pykt: exists and is not a folder; the output"):
+        prepare("assist2015", raw, tmp_path / "o")
+
+    def unread(path, opts):
+        raise AssertionError("the raw file was read")
+
+    monkeypatch.setitem(DATASETS, "assist2015", unread)
+    with pytest.raises(ValueError, match="the output path exists and is not a folder"):
+        prepare("assist2015", raw, tmp_path / "file")
+    assert main(["prepare", "assist2015", str(raw), str(tmp_path / "file")]) == 2
+    assert (tmp_path / "file").read_text() == "keep"

@@ -21,7 +21,15 @@ from typing import Any
 from .. import formats
 from . import assistments, datashop, ednet, eedi, oulad, raw
 from .core import RawLog, build
-from .write import write_lines, write_pykt, write_record
+from .write import (
+    check_out_dir,
+    line_files,
+    line_layout,
+    remove_stale,
+    write_lines,
+    write_pykt,
+    write_record,
+)
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,12 @@ DATASETS: dict[str, Reader] = {
     "oulad": oulad.read,
 }
 # Options only one dataset reads, with their neutral value: another dataset refuses the others.
-_OWN_OPTIONS = {"bands": ("oulad", None), "keep_banked": ("oulad", False)}
+_OWN_OPTIONS = {
+    "max_users": ("ednet", None),
+    "task": ("eedi", None),
+    "bands": ("oulad", None),
+    "keep_banked": ("oulad", False),
+}
 
 
 @dataclass
@@ -92,8 +105,11 @@ class PrepareResult:
 def prepare(name: str, raw_path: str | Path, out_dir: str | Path, **options: Any) -> PrepareResult:
     """Read the raw files of dataset `name` at `raw_path`, write the prepared folder `out_dir`.
 
-    `options` are the fields of `PrepareOptions`. Malformed raw files raise ValueError naming the
-    file, the line and the column.
+    `options` are the fields of `PrepareOptions`; an option only another dataset reads
+    (`_OWN_OPTIONS`) is refused. Malformed raw files raise ValueError naming the file, the line and
+    the column; an `out_dir` that exists and is not a folder is refused before reading. An earlier
+    preparation in `out_dir` is replaced: its pykt files and `prepare.json` are overwritten and
+    its line files this one does not write are deleted (`write.remove_stale`); other files stay.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; known: {sorted(DATASETS)}")
@@ -107,11 +123,15 @@ def prepare(name: str, raw_path: str | Path, out_dir: str | Path, **options: Any
     raw_path, out = Path(raw_path), Path(out_dir)
     if not raw_path.exists():
         raise FileNotFoundError(f"{raw_path}: no such raw file or folder for {name}")
+    check_out_dir(out)  # before the raw files are read, which can take minutes
     with raw.bad_rows(opts.bad_rows):
         log = DATASETS[name](raw_path, opts)
     seq = build(log, opts.min_seq_len, opts.seed, opts.test_frac, opts.n_folds)
     out.mkdir(parents=True, exist_ok=True)
     (out / "prepare.json").unlink(missing_ok=True)  # its absence marks a folder being written
+    # an earlier preparation's line files this one does not write (folds beyond n_folds, the
+    # other layout, another dataset): deleted, so no fold of an old split stays readable
+    remove_stale(out, DATASETS, {line_layout(seq): line_files(name, opts.n_folds)})
     pykt_dir = write_pykt(seq, out, log.K)
     line_dir = write_lines(seq, out, name, log.K, opts.n_folds)
     counts = {"rows_read": log.rows_read, "dropped": dict(log.dropped), **seq.counts}

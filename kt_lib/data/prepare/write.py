@@ -16,11 +16,21 @@ Layout of OUT_DIR:
 
 Each file goes to a temp file beside it and is renamed into place, so a reader never sees half of
 one; `prepare.json` is written last, so its presence says the folder is complete.
+
+Re-preparing a folder replaces what an earlier preparation wrote: the pykt files, `prepare.json`
+and the line files are overwritten, and before they are written `remove_stale` deletes the line
+files this preparation does not write (`stale_line_files`): the folds beyond `n_folds`, the other
+of line3/ and line4/, and another dataset's files, so `--fold 5` cannot read a fold of an earlier
+split. The writer owns only `{dataset}_train.csv`, `_test.csv`, `_train{k}.csv` and
+`_valid{k}.csv` of a `DATASETS` name in `line3/` and `line4/` and the pykt files above; any other
+file of OUT_DIR is left alone (a line folder left empty is removed).
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -95,9 +105,76 @@ def _dataset(seq: Sequences, students: np.ndarray, K: int, name: str) -> KTDatas
     )
 
 
+LINE_LAYOUTS = ("line3", "line4")
+
+
+def line_layout(seq: Sequences) -> str:
+    return "line4" if seq.pid is not None else "line3"
+
+
+def line_files(name: str, n_folds: int) -> list[str]:
+    """The names `write_lines` writes for dataset `name` with `n_folds` folds."""
+    folds = [f"{split}{k}" for k in range(1, n_folds + 1) for split in ("train", "valid")]
+    return [f"{name}_{split}.csv" for split in ("train", "test", *folds)]
+
+
+def stale_line_files(out: Path, datasets: Iterable[str], keep: dict[str, list[str]]) -> list[Path]:
+    """The files of `out`/line3 and `out`/line4 an earlier preparation of one of `datasets` wrote
+    (`{dataset}_train.csv`, `_test.csv`, `_train{k}.csv`, `_valid{k}.csv`) that are not among
+    `keep[layout]`, the names this preparation writes."""
+    owned = re.compile(
+        "(?:" + "|".join(map(re.escape, datasets)) + r")_(?:train\d*|valid\d+|test)\.csv"
+    )
+    stale = []
+    for layout in LINE_LAYOUTS:
+        d = out / layout
+        if not d.is_dir():
+            continue
+        mine = set(keep.get(layout, ()))
+        stale += [
+            f
+            for f in sorted(d.iterdir())
+            if owned.fullmatch(f.name) and f.name not in mine and not f.is_dir()
+        ]
+    return stale
+
+
+def remove_stale(out: Path, datasets: Iterable[str], keep: dict[str, list[str]]) -> list[Path]:
+    """Delete `stale_line_files`, then a line folder of another layout they leave empty; the
+    paths deleted."""
+    stale = stale_line_files(out, datasets, keep)
+    for f in stale:
+        f.unlink(missing_ok=True)
+    for d in {f.parent for f in stale}:
+        if d.name not in keep and not any(d.iterdir()):
+            d.rmdir()
+    return stale
+
+
+def check_out_dir(out: Path) -> None:
+    """Refuse an output path that cannot become a prepared folder, before any raw file is read:
+    `out` (or the nearest existing path above it) not a folder, or a path the writer writes
+    (pykt/, line3/, line4/, prepare.json) of the wrong kind."""
+    for p in (out, *out.parents):
+        if p.exists() or p.is_symlink():
+            if p == out and not p.is_dir():
+                raise ValueError(f"{out}: the output path exists and is not a folder")
+            if not p.is_dir():
+                raise ValueError(
+                    f"{p}: exists and is not a folder, so the output {out} cannot be made"
+                )
+            break
+    for sub in ("pykt", *LINE_LAYOUTS):
+        if (out / sub).exists() and not (out / sub).is_dir():
+            raise ValueError(f"{out / sub}: exists and is not a folder; the output {out} needs it")
+    if (out / "prepare.json").is_dir():
+        raise ValueError(f"{out / 'prepare.json'}: is a folder; the output {out} writes this file")
+
+
 def write_lines(seq: Sequences, out: Path, name: str, K: int, n_folds: int) -> Path:
-    """The 4-line layout (3-line without problem ids), whole train/test plus the folds."""
-    fmt = "line4" if seq.pid is not None else "line3"
+    """The 4-line layout (3-line without problem ids), whole train/test plus the folds
+    (`line_files`)."""
+    fmt = line_layout(seq)
     d = out / fmt
     d.mkdir(parents=True, exist_ok=True)
 
