@@ -218,3 +218,80 @@ def test_a_quick_run_labels_the_committed_results_in_its_index(tmp_path, capfd):
     assert "commits " in committed and "devices " in committed
     assert "this run: the simulator" in row["01_load_data"]
     assert "without encryption" not in capfd.readouterr().err
+
+
+@pytest.fixture
+def no_execution(monkeypatch):
+    """papermill.execute_notebook replaced by a recorder that fails: a refused option must stop
+    `run` before any notebook runs (the old code ran them, under --inplace over the committed
+    ones)."""
+    import papermill
+
+    calls = []
+
+    def execute(path, target, **kwargs):
+        calls.append(target)
+        raise RuntimeError("no notebook may run in this test")
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--profile", "full"], "--profile full has no effect with --inplace"),
+        (["--profile", "quick"], "--profile quick has no effect with --inplace"),
+        (["--out", "{tmp}/elsewhere"], "has no effect with --inplace: the notebooks are rewritten"),
+    ],
+)
+def test_inplace_refuses_profile_and_out(tmp_path, no_execution, argv, message):
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    with pytest.raises(SystemExit, match=message):
+        reports.main(["run", "--inplace", "--notebooks", "01", *argv])
+    assert no_execution == [] and not (tmp_path / "elsewhere").exists()
+
+
+def test_notebooks_needs_a_name_that_matches(tmp_path, no_execution, capsys):
+    with pytest.raises(SystemExit) as exc:  # argparse: expected at least one argument
+        reports.main(["run", "--notebooks", "--out", str(tmp_path)])
+    assert exc.value.code == 2 and "--notebooks" in capsys.readouterr().err
+    for only in ([], [""], [" "]):  # the API alike; "" would match every notebook
+        with pytest.raises(SystemExit, match="--notebooks .*give notebook stems"):
+            reports.run(only=only, out=tmp_path)
+    with pytest.raises(SystemExit, match=r"--notebooks \['99'\]: no notebook matches"):
+        reports.run(only=["01", "99"], out=tmp_path)  # not run 01 and drop 99
+    assert no_execution == [] and not (tmp_path / "index.html").exists()
+
+
+def _failing_fsync(fd):
+    raise OSError(28, "No space left on device")
+
+
+def test_a_failed_write_leaves_the_old_files_whole(tmp_path, monkeypatch):
+    """index.html, runs.json and the notebooks `collect_notes` and `relative_paths` rewrite (the
+    committed ones under --inplace) are replaced atomically: a write that fails (here: the disk
+    is full at fsync) leaves the old file as it was and no temp file behind."""
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    cell = new_code_cell("warn()")
+    cell.outputs = [
+        new_output("stream", name="stderr", text=f"{reports.ROOT}/a.py:1: UserWarning: w\n")
+    ]
+    notebook = tmp_path / "02_a.ipynb"
+    nbformat.write(new_notebook(cells=[cell]), notebook)
+    (tmp_path / "index.html").write_text("old index")
+    (tmp_path / "runs.json").write_text("old runs")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    run = {"stem": "02_a", "title": "A", "params": {}, "ok": True, "error": "", "seconds": 1.0}
+    monkeypatch.setattr("kt_lib.fileio.os.fsync", _failing_fsync)
+    for write in (
+        lambda: reports.write_index(tmp_path, [run], "quick"),
+        lambda: reports.collect_notes(notebook),
+        lambda: reports.relative_paths(notebook),
+        lambda: reports.to_html(notebook, tmp_path / "index.html"),
+    ):
+        with pytest.raises(OSError, match="No space left"):
+            write()
+        assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before

@@ -1,11 +1,13 @@
 """Run the notebooks headlessly with Papermill and publish them as HTML with an index page.
 
     kt report run [--profile quick|full] [--notebooks 01 03] [--out reports]
-    kt report run --inplace      # refresh the committed notebooks' outputs
+    kt report run --inplace [--notebooks 01 03]  # refresh the committed notebooks' outputs
 
 Profiles live in notebooks/params/<profile>.yaml: a `common` mapping applied to every notebook and
 one mapping per notebook stem; a notebook only receives the parameters its `parameters` cell
-declares. Each run records the git commit, parameters and package versions in reports/index.html.
+declares. `--inplace` runs the committed notebooks with their own defaults (plus `--set`) and
+writes them back under notebooks/: it takes no `--profile` and no `--out`. Each run records the
+git commit, parameters and package versions in reports/index.html.
 
 A notebook may show its key results in cells tagged `summary` (e.g. a small DataFrame); the index
 copies those outputs into a summary section, so a reader browses every headline table on one page.
@@ -29,6 +31,7 @@ import time
 from pathlib import Path
 
 from ..config import read_mapping
+from ..fileio import atomic_write_text
 from ..provenance import ROOT, git_commit, versions
 from ..runs.leaderboard import check_plan
 from ..runs.plan import PROFILE_DEFAULTS, profile_plan
@@ -182,29 +185,70 @@ vertical-align:top}}code{{font-size:85%}}.err{{color:#b00}}
 {chr(10).join(summaries) or "<p>No notebook tagged a summary cell.</p>"}
 </body></html>
 """
-    (out / "index.html").write_text(page, encoding="utf-8")
+    atomic_write_text(out / "index.html", page)
     plain = [{k: v for k, v in r.items() if k != "summary"} for r in runs]
-    (out / "runs.json").write_text(
+    atomic_write_text(
+        out / "runs.json",
         json.dumps(
             {"profile": profile, "commit": git_commit(), "versions": versions(), "runs": plain},
             indent=2,
-        )
+        ),
     )
 
 
+def check_run_options(profile: str | None, only: list[str] | None, out, inplace: bool) -> None:
+    """Refuse options `run` would ignore: `--profile` or `--out` with `--inplace`, an empty
+    `--notebooks` (or an empty name, which matches every notebook)."""
+    if inplace and profile is not None:
+        raise SystemExit(
+            f"--profile {profile} has no effect with --inplace: the committed notebooks run with "
+            "their own defaults (use --set to change a parameter); leave out --profile, or drop "
+            "--inplace to render a report"
+        )
+    if inplace and out is not None:
+        raise SystemExit(
+            f"--out {out} has no effect with --inplace: the notebooks are rewritten where they "
+            "are, under notebooks/; leave out --out, or drop --inplace to render HTML into it"
+        )
+    if only is not None and (not only or not all(o.strip() for o in only)):
+        raise SystemExit(
+            f"--notebooks {only}: give notebook stems or number prefixes (e.g. 01 03), or leave "
+            "out --notebooks to run every notebook"
+        )
+
+
+def select_notebooks(only: list[str] | None) -> list[Path]:
+    """The notebooks whose stems start with one of `only` (all when None); a name matching no
+    notebook is refused, not dropped."""
+    paths = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
+    if only is None:
+        return paths
+    unmatched = [o for o in only if not any(p.stem.startswith(o) for p in paths)]
+    if unmatched:
+        raise SystemExit(
+            f"--notebooks {unmatched}: no notebook matches; available: {[p.stem for p in paths]}"
+        )
+    return [p for p in paths if any(p.stem.startswith(o) for o in only)]
+
+
 def run(
-    profile: str = "quick",
+    profile: str | None = None,
     only: list[str] | None = None,
     out: Path | None = None,
     inplace: bool = False,
     overrides: dict | None = None,
 ) -> list[dict]:
-    """Execute the selected notebooks (all by default) and render the report; `overrides`
-    (parameter -> value) go over the profile in every selected notebook that declares them."""
+    """Execute the selected notebooks (all by default) and render the report into `out`
+    (reports/) with `profile` ("quick" by default); `overrides` (parameter -> value) go over the
+    profile in every selected notebook that declares them. `inplace` rewrites the committed
+    notebooks instead, with their defaults and `overrides`: it takes no `profile` and no `out`."""
     import papermill as pm
 
+    check_run_options(profile, only, out, inplace)
+    profile = "quick" if profile is None else profile
     out = out or ROOT / "reports"
-    out.mkdir(parents=True, exist_ok=True)
+    if not inplace:
+        out.mkdir(parents=True, exist_ok=True)
     prof = {} if inplace else load_profile(profile)
     if overrides:
         prof = {**prof, "common": {**(prof.get("common") or {}), **overrides}}
@@ -212,11 +256,7 @@ def run(
             k: v if k == "common" or not isinstance(v, dict) else {**v, **overrides}
             for k, v in prof.items()
         }
-    paths = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
-    if only:
-        paths = [p for p in paths if any(p.stem.startswith(o) for o in only)]
-        if not paths:
-            raise SystemExit(f"no notebook matches {only}")
+    paths = select_notebooks(only)
     if overrides:  # a misspelt parameter must not be dropped silently
         declared = set().union(*(notebook_params(prof, path) for path in paths))
         unknown = sorted(set(overrides) - declared)
@@ -274,10 +314,14 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="execute notebooks and render reports")
-    r.add_argument("--profile", default="quick")
-    r.add_argument("--notebooks", nargs="*", default=None, help="stems or number prefixes")
-    r.add_argument("--out", type=Path, default=None)
-    r.add_argument("--inplace", action="store_true", help="refresh committed notebooks in place")
+    r.add_argument("--profile", default=None, help="notebooks/params/<profile>.yaml (quick)")
+    r.add_argument("--notebooks", nargs="+", default=None, help="stems or number prefixes")
+    r.add_argument("--out", type=Path, default=None, help="report folder (reports/)")
+    r.add_argument(
+        "--inplace",
+        action="store_true",
+        help="refresh the committed notebooks in place (no --profile, no --out)",
+    )
     r.add_argument(
         "--set",
         nargs="+",

@@ -9,6 +9,7 @@ import os
 import re
 from pathlib import Path
 
+from ..fileio import atomic_write_text
 from ..provenance import ROOT
 
 # wide tables scroll inside their cell instead of running off the page
@@ -50,9 +51,7 @@ def to_html(executed: Path, target: Path) -> None:
     exporter.register_preprocessor(TagRemovePreprocessor(config=c), enabled=True)
     body, _ = exporter.from_notebook_node(nbformat.read(str(executed), as_version=4))
     body = body.replace("</head>", f"<style>{WIDE_TABLES}</style></head>", 1)
-    tmp = target.with_suffix(".html.tmp")
-    tmp.write_text(body, encoding="utf-8")
-    tmp.replace(target)
+    atomic_write_text(target, body)
 
 
 def title_of(path: Path) -> str:
@@ -115,7 +114,7 @@ def collect_notes(executed: Path) -> list[str]:
         if nb.get("nbformat_minor", 0) >= 5:  # cells carry ids from nbformat 4.5 on
             cell["id"] = "kt-notes"
         nb["cells"].append(cell)
-    path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_text(path, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
     return list(notes)
 
 
@@ -157,7 +156,7 @@ def relative_paths(notebook: Path) -> None:
                 text = output["text"]
                 lines = text if isinstance(text, list) else [text]
                 output["text"] = [line.replace(prefix, "") for line in lines]
-    Path(notebook).write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    atomic_write_text(notebook, json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
 
 
 def markdown_html(text: str) -> str:
