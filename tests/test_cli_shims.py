@@ -96,6 +96,7 @@ def test_kt_help_lists_every_subcommand_and_each_answers_help(capsys):
             "nothing to build",
         ),  # fmt: skip
         (["study", "run", "leaderboard", "--threads", "0"], "must be >= 1, got 0"),
+        (["study", "render", "pairs", "--write", "--out", "/tmp/other.json"], "is another file"),
     ],
 )
 def test_input_errors_are_one_line_and_exit_2(argv, message, capsys):

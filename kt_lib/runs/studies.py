@@ -229,6 +229,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{len(kept)} run(s) in results/inflight/{study.name}/: commit them")
         return
     if a.cmd == "render":
+        if a.write and a.out and Path(a.out).resolve() != study.path.resolve():
+            p.error(f"--write puts the study of record's table into README.md and docs/*.md; "
+                    f"--out {a.out} is another file: print its table without --write")  # fmt: skip
         text = (render_summary if a.summary else render)(study, a.out)
         if not a.write:
             print(text, end="")
