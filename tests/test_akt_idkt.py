@@ -266,3 +266,13 @@ def test_idkt_diagnostics_are_head_reference_correlations():
     assert {"r_T", "r_p", "r_L0_skill", "r_T_skill"} <= set(diag)
     assert diag["r_L0_skill"] > 0.5, diag  # (T_bkt barely varies over 6 skills: r_T is noisy)
     assert res.row()["diag_r_T"] == diag["r_T"]
+
+
+@pytest.mark.parametrize("name", ["akt", "idkt"])
+def test_rasch_l2_without_problem_ids_is_refused(name):
+    """l2 weighs the penalty on the problems' Rasch difficulties: on skill-only data it would be
+    accepted and do nothing (a review); its default stays silent there."""
+    with pytest.raises(ValueError, match="l2=0.5 weighs .* no problem ids"):
+        build_model(name, preset="tiny", num_c=5, num_pid=0, l2=0.5)
+    build_model(name, preset="tiny", num_c=5, num_pid=0)
+    build_model(name, preset="tiny", num_c=5, num_pid=12, l2=0.5)

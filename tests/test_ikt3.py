@@ -448,3 +448,14 @@ def test_learned_parameters_recover_the_simulator():
     assert spearmanr(beta, bundle.truth.beta)[0] >= 0.9
     abilities = student_abilities(ikt3_traces(model, bundle.test))
     assert spearmanr(abilities["mean_theta"], bundle.truth.theta[abilities["uid"]])[0] >= 0.8
+
+
+def test_reference_options_of_another_reference_are_refused():
+    """A key the reference's constructor does not take is refused when the config is checked,
+    naming the options it does take (was a TypeError from the constructor; a review)."""
+    with pytest.raises(ValueError, match=r"reference_options \['bogus'\] .* takes \['beta_prior"):
+        build_model("ikt3", preset="tiny", num_c=5, reference_options={"bogus": 1})
+    with pytest.raises(ValueError, match="not options of reference 'bkt'"):
+        build_model("ikt3", preset="tiny", num_c=5, reference="bkt",
+                    reference_options={"beta_prior_sd": 1.0})  # fmt: skip
+    build_model("ikt3", preset="tiny", num_c=5, reference_options={"beta_prior_sd": 2.0})

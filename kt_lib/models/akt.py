@@ -60,6 +60,13 @@ class AKTConfig(BaseConfig):
         require(self.d_ff > 0, f"d_ff must be > 0, got {self.d_ff}")
         require(self.final_fc_dim > 0 and self.final_fc_dim2 > 0, "MLP dims must be > 0")
         require(self.l2 >= 0, f"l2 must be >= 0, got {self.l2}")
+        default = type(self).__dataclass_fields__["l2"].default
+        require(  # the penalty is on the problems' Rasch difficulties: none without problem ids
+            self.num_pid > 0 or self.l2 == default,
+            f"l2={self.l2} weighs the L2 penalty on the problems' Rasch difficulties, and this "
+            "model has no problem ids (num_pid 0): leave l2 at its default, or train on data "
+            "with problem ids",
+        )
 
 
 @dataclass

@@ -31,6 +31,7 @@ a shared free location: only theta_t - beta[q_t] is anchored.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -104,11 +105,24 @@ class IKT3Config(BaseConfig):
             self.reference in REFERENCES,
             f"unknown reference {self.reference!r}; valid: {usable}",
         )
+        accepted = reference_parameters(self.reference)
+        unknown = sorted(set(self.reference_options) - accepted)
+        require(
+            not unknown,
+            f"reference_options {unknown} are not options of reference {self.reference!r}; "
+            f"it takes {sorted(accepted) or 'none'}",
+        )
         require(
             set(REQUIRED) <= REFERENCES[self.reference].provides,
             f"reference {self.reference!r} gives no {'/'.join(REQUIRED)} target for the "
             f"mastery head; references that do: {usable}",
         )
+
+
+def reference_parameters(name: str) -> set[str]:
+    """The keyword options reference `name`'s constructor takes (`reference_options`)."""
+    params = list(inspect.signature(REFERENCES[name].__init__).parameters.values())[1:]
+    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
 
 
 def lambda_schedule(epoch: int, lambda_target: float, warmup: int) -> float:
