@@ -26,14 +26,22 @@ regularisers, ATKT's adversarial pass, the que models' train_one_step) and calle
 inference as evaluate_model does (peer_models.scored). Both sides time the same thing: forward
 + loss + backward + AdamW step, and a no-grad forward.
 
-Each model runs in a fresh subprocess (ours then theirs); `--device`, `--precision` and
-`--backend` as in bench_models (pykt runs inside the same precision context; the attention
-backend only concerns ours). Prints one JSON line per model: pykt_model, ours, theirs (time
-medians over --repeats after a warm-up, params, sizes, kernels_per_step and peak_gpu_mb on
-CUDA, ops_per_step and matmul_share on CPU), notes (every size the two could not match, and
-what differs besides) and `ours_over_theirs`, the time ratio (below 1: ours is faster), for the
-train step and the inference pass; on CPU also `train_step_matmul_floor` (the ratio our matrix
-products alone would give: `matmul_floor`); all lines are also written to --out.
+Each model runs in a fresh subprocess, both sides built there and timed in alternating rounds
+(timing.measure_pair: one warm-up call each, then --repeats rounds of one call per side, ours
+first on even rounds, theirs on odd ones), so background load lands on both alike; each side's
+peak memory comes from a fresh process of its own that builds that side alone (`side_peaks`),
+so neither includes the other's model, batch, gradients or our scratch pool. DKVMN, Deep-IRT
+and SKVMN: ours is built at pyKT's tied sizes (d_key = d_summary = d_value = pyKT's dim_s;
+peer_zoo.tied_sets), said in `notes` and `ours.sets`. `--device`, `--precision` and `--backend`
+as in bench_models (pykt runs inside the same precision context; the attention backend only
+concerns ours). Prints one JSON line per model: pykt_model, ours, theirs (time medians over the
+rounds and each round's seconds, params, sizes, kernels_per_step and peak_gpu_mb on CUDA,
+ops_per_step, matmul_share and peak_rss_mb on CPU), notes (every size the two could not match,
+and what differs besides), `ours_over_theirs`, the ratio of the two medians (below 1: ours is
+faster), and `ours_over_theirs_per_round`, the median of the rounds' ratios, for the train
+step and the inference pass; `params_ours_over_theirs`; `rounds`, `timing_method` and
+`peak_memory_method`; on CPU also `train_step_matmul_floor` (the ratio our matrix products
+alone would give: `matmul_floor`); all lines are also written to --out.
 
 pykt is loaded without `import pykt` by benchmarks/pykt_loader.py (pykt/models/<file>.py
 executed by path, their module-level `device` set to `--device`).
@@ -53,11 +61,11 @@ from bench_models import (
     B,
     L,
     add_device_args,
+    build_ours,
     device_argv,
     on_device,
     run_subprocess,
     setting,
-    time_ours,
 )
 from peer_models import (
     REPO,
@@ -70,9 +78,9 @@ from peer_models import (
     set_mode,
     training_loss,
 )
-from peer_zoo import IGNORED, NUM_PID, SHARED, availability, their_sizes
+from peer_zoo import IGNORED, NUM_PID, SHARED, availability, their_sizes, tied_sets
 from pykt_loader import PYKT_VERSION, find_pykt_models, load_pykt, pykt_models_dir, pykt_version
-from timing import measure
+from timing import is_cuda, measure_pair, model_step_and_inference, peak_in_fresh_process, sync
 
 MODELS = tuple(SHARED)
 SRC_PKG = "_pykt_src_models"  # the stand-in package a checkout's files load under
@@ -170,6 +178,99 @@ def matmul_floor(m_ours: dict, m_theirs: dict) -> dict:
                                              / m_theirs["train_step_s"], 3)}  # fmt: skip
 
 
+SIDES = ("ours", "theirs")
+MEMORY_STEPS = 3  # training steps (the first included) a side's memory process runs
+TIMING_METHOD = (
+    "alternating rounds in one process, both sides built: one warm-up call each, then --repeats "
+    "rounds of one call per side, ours first on even rounds and theirs first on odd ones; train "
+    "steps first, then inference; each side's time is its median over the rounds; "
+    "ours_over_theirs = the ratio of the two medians, ours_over_theirs_per_round = the median "
+    "of the rounds' ratios"
+)
+MEMORY_METHOD = {
+    "cpu": f"peak_rss_mb: each side in a fresh process of its own (multiprocessing spawn) that "
+    f"imports, builds that side alone (ours: prepared as in the timing) and runs {MEMORY_STEPS} "
+    "training steps; that process's VmHWM (/proc/self/status; not ru_maxrss, which a spawned "
+    "process inherits from its parent on Linux), so neither side's memory includes the other's",
+    "cuda": f"peak_gpu_mb: each side in a fresh process of its own (multiprocessing spawn) that "
+    f"builds that side alone, resets the peak and runs {MEMORY_STEPS} training steps; "
+    "torch.cuda.max_memory_allocated there, so neither side's memory includes the other's",
+}
+
+
+def paper_config(name: str, num_pid: int, **sets):
+    """Our config of `name` as build_ours makes it: the paper preset, `sets` over it."""
+    from kt_lib.models import MODELS, make_config
+
+    k = 4 if MODELS[name].ordinal else 2
+    return make_config(name, None, None, "paper", num_c=NUM_C, num_pid=num_pid, K=k, **sets)
+
+
+def our_sets(name: str, num_pid: int) -> tuple[dict, list[str]]:
+    """Our fields set over the paper preset for the pair (peer_zoo.tied_sets: pyKT's tied sizes)
+    and the note saying so."""
+    return tied_sets(name, paper_config(name, num_pid))
+
+
+def their_config(name: str, sets: dict, num_pid: int) -> dict:
+    """Our config's sizes (vocabulary left out) as built for the pair: pyKT's are read from it."""
+    config = dataclasses.asdict(paper_config(name, num_pid, **sets))
+    return {k: v for k, v in config.items() if k not in IGNORED}
+
+
+def side_memory(name: str, side: str, device, precision, backend, b: int, n: int, src) -> None:
+    """One side of the pair alone, as the timing builds it, then MEMORY_STEPS training steps:
+    run by `peak_in_fresh_process`, which reads that process's peak afterwards (on CUDA from
+    the reset here on: the steps, with the model resident)."""
+    peer = SHARED[name]
+    num_pid = NUM_PID if peer.needs_pid else 0
+    sets, _ = our_sets(name, num_pid)
+    mods = load_theirs(name, device, src) if side == "theirs" else None
+    with on_device(device, precision, backend), cuda_calls_in_place(peer.pykt):
+        if side == "ours":
+            model, batch = build_ours(name, device, sets, b, n, num_pid)
+            step, _ = model_step_and_inference(model, batch)
+        else:
+            from kt_lib.audit import random_batch
+
+            k = paper_config(name, num_pid).K
+            batch = random_batch(NUM_C, B=b, L=n, num_pid=num_pid, K=k, seed=0, ragged=False)
+            batch = batch.to(device)  # build_ours' batch, without our model
+            model, _, _ = build_theirs(name, mods, device, n, their_config(name, sets, num_pid))
+            step, _ = pykt_step_and_inference(name, model, pykt_inputs(batch, device))
+        if is_cuda(device):
+            sync(device)
+            torch.cuda.reset_peak_memory_stats(device)
+        for _ in range(MEMORY_STEPS):
+            step()
+        sync(device)
+
+
+def side_peaks(name: str, device, precision, backend, b: int, n: int, src) -> dict:
+    """{side: peak memory} of each side in its own fresh process (`side_memory`)."""
+    args = (device, precision, backend, b, n, src)
+    return {s: peak_in_fresh_process(side_memory, name, s, *args, device=device) for s in SIDES}
+
+
+def pair_row(models, m_ours: dict, m_theirs: dict, per_round: dict) -> dict:
+    """The row's timing part: the ratios, the floor and each side's figures (`_side` adds the
+    parameters; `models`: (ours, theirs), their configs and sizes notes)."""
+    (ours, config, sizes), (theirs, kw) = models
+    side_o = _side(ours, m_ours, sizes, config)
+    side_t = _side(theirs, m_theirs, "ours where pyKT has the size, else kt_config.json", kw)
+    return {
+        "ours_over_theirs": {
+            "train_step": round(m_ours["train_step_s"] / m_theirs["train_step_s"], 3),
+            "inference": round(m_ours["inference_s"] / m_theirs["inference_s"], 3),
+        },
+        "ours_over_theirs_per_round": {k: round(v, 3) for k, v in per_round.items()},
+        **matmul_floor(m_ours, m_theirs),
+        "params_ours_over_theirs": round(side_o["params"] / side_t["params"], 3),
+        "ours": side_o,
+        "theirs": side_t,
+    }
+
+
 def bench_pair(
     name: str,
     repeats: int,
@@ -180,31 +281,41 @@ def bench_pair(
     n: int = L,
     src: str | None = None,
     label: str | None = None,
+    memory: bool = True,
 ) -> dict:
+    """One model's row: both sides timed in `repeats` alternating rounds (timing.measure_pair)
+    in this process; with `memory`, each side's peak memory from a process of its own, run
+    first (`side_peaks`)."""
     peer = SHARED[name]
-    mods = load_theirs(name, device, src)
     num_pid = NUM_PID if peer.needs_pid else 0
+    sets, tie_notes = our_sets(name, num_pid)
+    peaks = side_peaks(name, device, precision, backend, b, n, src) if memory else {}
+    mods = load_theirs(name, device, src)
     # stableKT, foliBiKT, extraKT and DIMKT call .cuda() unconditionally: a no-op without CUDA
     with on_device(device, precision, backend) as prec, cuda_calls_in_place(peer.pykt):
-        ours, batch, m_ours = time_ours(name, repeats, device, None, b, n, num_pid)
-        config = {k: v for k, v in dataclasses.asdict(ours.config).items() if k not in IGNORED}
+        ours, batch = build_ours(name, device, sets, b, n, num_pid)
+        config = their_config(name, sets, num_pid)
         theirs, kw, notes = build_theirs(name, mods, device, n, config)
-        step, infer = pykt_step_and_inference(name, theirs, pykt_inputs(batch, device))
-        m_theirs = measure(step, infer, repeats, device)
-    res = {
-        "model": name,
-        "pykt_model": peer.pykt,
-        "ours_over_theirs": {
-            "train_step": round(m_ours["train_step_s"] / m_theirs["train_step_s"], 3),
-            "inference": round(m_ours["inference_s"] / m_theirs["inference_s"], 3),
-        },
-        **matmul_floor(m_ours, m_theirs),
-        "ours": _side(ours, m_ours, "kt_lib paper preset", config),
-        "theirs": _side(theirs, m_theirs, "ours where pyKT has the size, else kt_config.json", kw),
-        "notes": notes,
-        "num_pid": num_pid,
-        "pykt": label if peer.pykt in REPO else pykt_version(),
-    }
+        fns_o = model_step_and_inference(ours, batch)
+        fns_t = pykt_step_and_inference(name, theirs, pykt_inputs(batch, device))
+        m_ours, m_theirs, per_round = measure_pair(fns_o, fns_t, repeats, device)
+    m_ours.update(peaks.get("ours", {}))
+    m_theirs.update(peaks.get("theirs", {}))
+    sizes = "kt_lib paper preset" + (", pyKT's tied sizes over it (notes)" if sets else "")
+    how = MEMORY_METHOD["cuda" if is_cuda(device) else "cpu"] if memory else "not measured"
+    res = {"model": name, "pykt_model": peer.pykt}
+    res.update(pair_row(((ours, config, sizes), (theirs, kw)), m_ours, m_theirs, per_round))
+    res["ours"]["sets"] = sets
+    res.update(
+        {
+            "notes": [*tie_notes, *notes],
+            "num_pid": num_pid,
+            "pykt": label if peer.pykt in REPO else pykt_version(),
+            "rounds": repeats,
+            "timing_method": TIMING_METHOD,
+            "peak_memory_method": how,
+        }
+    )
     res.update(setting(device, prec, backend, b, n))
     return res
 

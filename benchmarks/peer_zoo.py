@@ -8,7 +8,9 @@ first of our config fields that exists (`SIZES`: their argument -> our candidate
 pyKT's configs/kt_config.json value, used when our config has none of them: a mismatch noted in
 the row). A model of ours that is not registered, or whose pyKT model the installed wheel lacks,
 is skipped with the reason (`availability`), so models landing later need no edit here; the
-repository-only ones run against a checkout's files (bench_peers --pykt-src).
+repository-only ones run against a checkout's files (bench_peers --pykt-src). Where pyKT ties
+sizes ours keeps apart (the DKVMN family's one dim_s for key, value and summary), ours is built
+at pyKT's tied sizes for the speed pair (`tied_sets`), so both sides hold the same parameters.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ _MEMORY = {
     "size_m": (("size_m", "memory_size", "n_slots", "m"), 50),
     "dropout": (("dropout",), 0.2),
 }
+_TIED_MEMORY = {"d_key": "d_value", "d_summary": "d_value"}  # pyKT's dim_s is all three
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,8 @@ class Peer:
     fixed: dict[str, object] = field(default_factory=dict)  # their arguments set outright
     needs_pid: bool = False  # ours needs problem ids: the batch carries NUM_PID of them
     note: str = ""  # what differs whatever the sizes
+    # our field -> our field whose value it takes for the speed pair (pyKT ties the two)
+    tied: dict[str, str] = field(default_factory=dict)
 
 
 SHARED: dict[str, Peer] = {
@@ -120,9 +125,11 @@ SHARED: dict[str, Peer] = {
     "cl4kt": Peer("cl4kt", {"d_model": (("d",), 64), "n_blocks": (("n_blocks",), 2),
                             "dropout": (("dropout",), 0.2), "d_ff": (("d_ff",), 1024),
                             "num_attn_heads": (("n_heads",), 8)}),
-    "dkvmn": Peer("dkvmn", dict(_MEMORY)),
-    "deep_irt": Peer("deep_irt", dict(_MEMORY)),
-    "skvmn": Peer("skvmn", dict(_MEMORY)),
+    "dkvmn": Peer("dkvmn", dict(_MEMORY), tied=dict(_TIED_MEMORY)),
+    "deep_irt": Peer("deep_irt", dict(_MEMORY), tied=dict(_TIED_MEMORY),
+                     note="pyKT's DeepIRT builds DKVMN's output layer p_layer too (dim_s + 1 "
+                     "parameters), never used"),
+    "skvmn": Peer("skvmn", dict(_MEMORY), tied=dict(_TIED_MEMORY)),
     "gkt": Peer("gkt", {"hidden_dim": (("hidden_dim", "d"), 32),
                         "emb_size": (("emb_size", "emb"), 32), "dropout": (("dropout",), 0.5)},
                 fixed={"graph_type": "dense"},
@@ -157,6 +164,24 @@ def their_sizes(name: str, config) -> tuple[dict, list[str]]:
     if peer.note:
         notes.append(peer.note)
     return kw, notes
+
+
+def tied_sets(name: str, config) -> tuple[dict, list[str]]:
+    """The fields to set on our `config` (a dataclass or dict of model `name`) so that ours has
+    pyKT's tied sizes (`Peer.tied`: DKVMN, Deep-IRT and SKVMN take d_key = d_summary = d_value,
+    pyKT's one dim_s), only those that differ, and a note saying so (none when nothing does)."""
+    ours = config if isinstance(config, dict) else dataclasses.asdict(config)
+    tied = SHARED[name].tied
+    sets = {f: ours[src] for f, src in tied.items() if f in ours and ours[f] != ours[src]}
+    if not sets:
+        return {}, []
+    was = ", ".join(f"{f} {ours[f]} -> {v}" for f, v in sets.items())
+    srcs = "/".join(sorted({tied[f] for f in sets}))
+    note = (
+        f"ours built at pyKT's tied sizes, not its paper preset's: {was} (= {srcs}; pyKT's one "
+        "dim_s sets key, value and summary sizes), so both sides have the same sizes"
+    )
+    return sets, [note]
 
 
 def availability(name: str, registered, shipped_files, repo_files=()) -> str | None:

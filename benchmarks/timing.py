@@ -1,5 +1,7 @@
 """Timing shared by the benchmark scripts: medians after a warm-up, one training step and one
-inference pass of a model on a fixed batch, device operations per step, peak GPU memory."""
+inference pass of a model on a fixed batch, device operations per step, peak GPU memory; for
+two implementations compared (bench_peers), alternating rounds (`alternate`, `measure_pair`)
+and each side's peak memory in a process of its own (`peak_in_fresh_process`)."""
 
 from __future__ import annotations
 
@@ -138,3 +140,87 @@ def measure(step, infer, repeats: int, device, count: bool = True) -> dict:
         res.update(count_per_step(step, device))
     res["inference_s"] = median_seconds(infer, repeats, device)
     return res
+
+
+def alternate(fns, rounds: int, device: str = "cpu") -> list[list[float]]:
+    """`seconds` of each of `fns` over `rounds` rounds, one call of each per round, after one
+    warm-up call each: the first in the given order on even rounds (0, 2, ...), reversed on odd
+    ones, so load that comes and goes lands on every side alike. Per fn, its seconds by round."""
+    for fn in fns:
+        fn()
+    times: list[list[float]] = [[] for _ in fns]
+    for r in range(rounds):
+        order = range(len(fns)) if r % 2 == 0 else reversed(range(len(fns)))
+        for i in order:
+            times[i].append(seconds(fns[i], device))
+    return times
+
+
+def median_ratio(a: list[float], b: list[float]) -> float:
+    """The median over rounds of a[r] / b[r] (each round's ratio, the two timed together)."""
+    assert len(a) == len(b) and a, (len(a), len(b))
+    return statistics.median(x / y for x, y in zip(a, b, strict=True))
+
+
+def measure_pair(a, b, rounds: int, device, count: bool = True) -> tuple[dict, dict, dict]:
+    """Two (step, infer) pairs timed in alternating rounds (`alternate`): the training steps
+    first, then the inference passes. Per side: `train_step_s` and `inference_s` (medians over
+    the rounds), the rounds' seconds (`train_step_rounds_s`, `inference_rounds_s`) and, with
+    `count`, `count_per_step` of its step (after the timing). Also {"train_step", "inference"}:
+    the median of the rounds' ratios a / b. No peak memory: in one process each side's would
+    include the other's (see `peak_in_fresh_process`)."""
+    sides: tuple[dict, dict] = ({}, {})
+    ratio = {}
+    for key, i in (("train_step", 0), ("inference", 1)):
+        times = alternate([a[i], b[i]], rounds, device)
+        for side, t in zip(sides, times, strict=True):
+            side[f"{key}_s"] = statistics.median(t)
+            side[f"{key}_rounds_s"] = [round(x, 4) for x in t]
+        ratio[key] = median_ratio(*times)
+        if count and key == "train_step":  # after the timing, as in `measure`
+            for side, fns in zip(sides, (a, b), strict=True):
+                side.update(count_per_step(fns[0], device))
+    return sides[0], sides[1], ratio
+
+
+def peak_rss_mb() -> float:
+    """This process's resident-memory high-water mark, MB: Linux's VmHWM (/proc/self/status),
+    the peak of this process's own memory since it started its program; elsewhere ru_maxrss.
+    Not ru_maxrss on Linux: a process started by fork + exec keeps its parent's mark there, so
+    a child of a process holding 6 GB reports at least 6 GB whatever it allocates itself."""
+    try:
+        with open("/proc/self/status") as f:
+            hwm = next((ln.split()[1] for ln in f if ln.startswith("VmHWM:")), None)
+    except OSError:
+        hwm = None
+    if hwm is not None:
+        return round(int(hwm) / 1024, 1)
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def peak_memory(device) -> dict:
+    """{"peak_gpu_mb": torch.cuda.max_memory_allocated} on CUDA, else {"peak_rss_mb": ...}."""
+    if is_cuda(device):
+        sync(device)
+        return {"peak_gpu_mb": round(torch.cuda.max_memory_allocated(device) / 2**20, 1)}
+    return {"peak_rss_mb": peak_rss_mb()}
+
+
+def _run_then_peak(fn, args: tuple, device) -> dict:
+    fn(*args)
+    return peak_memory(device)
+
+
+def peak_in_fresh_process(fn, *args, device="cpu") -> dict:
+    """`fn(*args)` in a fresh interpreter (multiprocessing's spawn: nothing of this process's
+    memory, models or allocator pools is there), then that process's `peak_memory`. `fn` must be
+    importable by name (a module-level function); on CUDA it resets the peak statistics itself
+    where building should not count. Its exceptions are raised here."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        return pool.submit(_run_then_peak, fn, args, device).result()

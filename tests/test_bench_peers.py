@@ -20,9 +20,17 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_peers import one_argv, parse_args, stray_tensors_to  # noqa: E402
+import timing  # noqa: E402
+from bench_peers import (  # noqa: E402
+    one_argv,
+    our_sets,
+    pair_row,
+    parse_args,
+    stray_tensors_to,
+    their_config,
+)
 from peer_models import REPO, SHIPPED, SIZED, build, training_loss  # noqa: E402
-from peer_zoo import IGNORED, SHARED, availability, their_sizes  # noqa: E402
+from peer_zoo import IGNORED, SHARED, availability, their_sizes, tied_sets  # noqa: E402
 from pykt_loader import find_pykt_models, load_pykt  # noqa: E402
 
 from kt_lib.models import MODELS, list_models  # noqa: E402
@@ -178,6 +186,10 @@ def test_smoke_end_to_end(tmp_path):
         for key, field in (("train_step", "train_step_s"), ("inference", "inference_s")):
             ratio = r["ours"][field] / r["theirs"][field]
             assert r["ours_over_theirs"][key] == pytest.approx(ratio, rel=0.05, abs=2e-3)
+            assert r["ours_over_theirs_per_round"][key] > 0
+            assert all(len(r[side][f"{key}_rounds_s"]) == 2 for side in ("ours", "theirs"))
+        assert r["rounds"] == 2 and "VmHWM" in r["peak_memory_method"]
+        assert all(r[side]["peak_rss_mb"] > 0 for side in ("ours", "theirs"))
         floor = r["ours"]["matmul_share"] * r["ours"]["train_step_s"] / r["theirs"]["train_step_s"]
         assert r["train_step_matmul_floor"] == pytest.approx(floor, rel=0.01, abs=2e-3)
         assert r["train_step_matmul_floor"] <= r["ours_over_theirs"]["train_step"] + 2e-3
@@ -202,3 +214,104 @@ def test_stray_tensors_follow_the_model_to_its_device():
     assert model.two_eye.is_meta and model[0].eye.is_meta
     assert model[0].lin.weight.device.type == "cpu"  # parameters are `.to()`'s business
     assert stray_tensors_to(model, "meta") == []
+
+
+def test_alternate_rounds_swap_the_order():
+    """One warm-up call each, then one call per side per round, theirs first on odd rounds: load
+    that comes and goes lands on both sides (the old benchmark ran all of ours, then theirs)."""
+    calls = []
+    fns = [lambda: calls.append("ours"), lambda: calls.append("theirs")]
+    times = timing.alternate(fns, 4)
+    assert calls == ["ours", "theirs"] + ["ours", "theirs", "theirs", "ours"] * 2
+    assert [len(t) for t in times] == [4, 4]
+
+
+def test_measure_pair_reports_medians_and_the_median_per_round_ratio(monkeypatch):
+    """Medians per side over the rounds (the docs' ours_over_theirs is their ratio) and the
+    median of the rounds' own ratios, which differ when a round's load hits both sides."""
+    script = {  # seconds per call, the warm-up first
+        "ours_step": iter([9, 1, 4, 3]), "theirs_step": iter([9, 2, 2, 6]),
+        "ours_infer": iter([9, 1, 1, 1]), "theirs_infer": iter([9, 2, 4, 8]),
+    }  # fmt: skip
+    monkeypatch.setattr(timing, "seconds", lambda fn, device="cpu": fn())
+    fn = {k: (lambda k=k: next(script[k])) for k in script}
+    pair = ((fn["ours_step"], fn["ours_infer"]), (fn["theirs_step"], fn["theirs_infer"]))
+    ours, theirs, per_round = timing.measure_pair(*pair, 3, "cpu", count=False)
+    assert (ours["train_step_s"], theirs["train_step_s"]) == (3, 2)  # medians: ratio 1.5
+    assert per_round["train_step"] == 0.5  # rounds' ratios 0.5, 2, 0.5
+    assert ours["train_step_rounds_s"] == [1, 4, 3] and theirs["inference_rounds_s"] == [2, 4, 8]
+    assert (ours["inference_s"], theirs["inference_s"], per_round["inference"]) == (1, 4, 0.25)
+    assert "peak_rss_mb" not in ours  # one process holds both sides: no memory figure here
+    row = pair_row(((torch.nn.Linear(3, 1), {}, "a"), (torch.nn.Linear(4, 1), {})),
+                   ours, theirs, per_round)  # fmt: skip
+    assert row["ours_over_theirs"] == {"train_step": 1.5, "inference": 0.25}
+    assert row["ours_over_theirs_per_round"] == {"train_step": 0.5, "inference": 0.25}
+    assert (row["ours"]["params"], row["theirs"]["params"]) == (4, 5)
+    assert row["params_ours_over_theirs"] == 0.8
+
+
+def _fake_side(mb: int) -> None:
+    """A side of the pair at fake sizes: a model, a training step, `mb` MB of activations."""
+    model = torch.nn.Linear(8, 1)
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.ones(mb << 18)  # touched: resident
+    model(x[:8]).sum().backward()
+    opt.step()
+
+
+def test_peak_memory_of_a_side_leaves_out_what_this_process_holds():
+    """A side's peak comes from a fresh process of its own: the 1 GB this process holds (as
+    the timing process holds ours while pyKT is measured) is not in it. ru_maxrss would be: a
+    spawned process inherits its parent's mark on Linux."""
+    ballast = torch.ones(1 << 28)  # 1 GiB, resident
+    assert timing.peak_rss_mb() >= 1024
+    peak = timing.peak_in_fresh_process(_fake_side, 64)
+    assert 64 <= peak["peak_rss_mb"] < 1024, peak
+    del ballast
+
+
+def _dkvmn_params(name: str, c: int, d: int, m: int) -> int:
+    """pyKT's DKVMN / DeepIRT at dim_s d (key, value and summary all d), c concepts, m slots:
+    embeddings 3cd, the two memories 2md, summary 2d*d + d, erase and add 2(d*d + d), then one
+    output layer (DKVMN) or the ability and difficulty layers (DeepIRT)."""
+    return 3 * c * d + 2 * m * d + 4 * d * d + 3 * d + (d + 1 if name == "dkvmn" else 2 * d + 2)
+
+
+@pytest.mark.parametrize("name", ["dkvmn", "deep_irt"])
+def test_memory_models_are_built_at_pyKTs_tied_sizes(name):
+    """pyKT's dim_s is key, value and summary size alike: ours is built with d_key = d_summary
+    = d_value for the pair (paper preset: 50 and 200 / 100), so the parameter counts agree
+    (DKVMN: 228,801 both; ours at the paper preset, 143,001; pyKT's DeepIRT holds one unused
+    layer more, said in the row's notes)."""
+    sets, notes = our_sets(name, 0)
+    d = MODELS[name].config_cls.preset("paper").d_value
+    assert sets == {"d_key": d, "d_summary": d} and "tied" in notes[0]
+    config = their_config(name, sets, 0)
+    kw, _ = their_sizes(name, config)
+    assert kw["dim_s"] == d
+    ours = MODELS[name](MODELS[name].config_cls.preset("paper", num_c=100, **sets))
+    count = sum(p.numel() for p in ours.parameters())
+    assert count == _dkvmn_params(name, 100, d, kw["size_m"])
+    root = find_pykt_models() or (Path(PYKT_SRC) if PYKT_SRC else None)
+    if root is not None and (root / f"{name}.py").is_file():  # pyKT's own count, where it is
+        mods = load_pykt("cpu", (name,), root=root, pkg="_pykt_tied_check")
+        theirs = build(name, mods, nc=100, **kw)
+        unused = d + 1 if name == "deep_irt" else 0  # pyKT's DeepIRT builds p_layer, unread
+        assert sum(p.numel() for p in theirs.parameters()) == count + unused
+    assert tied_sets("skvmn", MODELS["skvmn"].config_cls.preset("paper")) == ({}, [])  # tied
+
+
+@needs_src
+def test_bench_pair_end_to_end_with_a_checkout():
+    """bench_pair at tiny batch sizes on a repository-only model: alternating rounds, each
+    side's peak memory from its own process, the per-round ratio next to the docs' keys."""
+    from bench_peers import bench_pair
+
+    r = bench_pair("simplekt", 3, b=2, n=20, src=PYKT_SRC, label="checkout")
+    assert r["rounds"] == 3 and r["pykt"] == "checkout"
+    for key in ("train_step", "inference"):
+        assert r["ours_over_theirs"][key] > 0 and r["ours_over_theirs_per_round"][key] > 0
+    for side in ("ours", "theirs"):
+        assert 0 < r[side]["peak_rss_mb"] < timing.peak_rss_mb() + 1
+        assert len(r[side]["train_step_rounds_s"]) == 3 and r[side]["params"] > 0
+    assert "fresh process" in r["peak_memory_method"] and r["ours"]["sets"] == {}
