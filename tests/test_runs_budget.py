@@ -76,6 +76,8 @@ def test_a_search_resumes_and_its_best_become_the_tuned_study(tmp_path):
     assert heads["knn"]["influence_weight"] == knn["params"]["knn_weight"]
     assert heads["cluster"]["influence_weight"] == 0.0  # knn_only stays knn-only
     out = tmp_path / "tuning.json"
+    with pytest.raises(SystemExit):  # another storage without --out: the record is not replaced
+        budget.main(["best", "simakt", "--storage", storage, "--partial"])
     with pytest.raises(SystemExit):  # 3 trials against 2: not an equal budget
         budget.main(["best", "simakt", "--storage", storage, "--out", str(out), "--trials", "3"])
     assert not out.exists()
