@@ -433,8 +433,10 @@ def main(argv: list[str] | None = None) -> None:
                       "above); `kt budget best` will leave it out", flush=True)  # fmt: skip
         return
     if a.storage and not a.out:  # another storage's choices must not replace the record's
-        p.error(f"--storage {a.storage} is not {budget.name}'s own storage: name the file "
-                f"its choices go to with --out ({budget.file} holds the studies' choices)")  # fmt: skip
+        p.error(
+            f"--storage {a.storage} is not {budget.name}'s own storage: name the file its "
+            f"choices go to with --out ({budget.file} holds the studies' choices)"
+        )
     unequal = _unequal(budget, a.storage or budget.storage, a.trials)
     if unequal and not a.partial:
         p.error(f"{budget.name}: the labels' budgets are not yet equal ({'; '.join(unequal)}): "
