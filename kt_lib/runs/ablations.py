@@ -238,9 +238,9 @@ def ikt3_lambda(
 ) -> Grid:
     """iKT3's interpretability weight lambda_target (warm-up 0 by default: short runs would
     otherwise never reach it, lambda(epoch) = lambda_target * min(1, epoch / warmup)). At
-    lambda_target = 1 the prediction loss has weight 1 - lambda = 0: the performance head is
-    not trained at all and its AUC is that of its initialisation (the extreme of the sweep, not
-    a tuned model)."""
+    lambda_target = 1 the prediction loss has weight 1 - lambda = 0: the performance head's own
+    weights get no gradient, so its AUC is an untrained head's over the features the alignment
+    trained (the extreme of the sweep, not a tuned model)."""
     cells = [
         _cell(
             f"lambda_target={lam:g}",
