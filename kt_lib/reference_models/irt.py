@@ -2,19 +2,26 @@
 
 # B batch, L steps (t target step, s earlier step), C skills, U training students
 Fit (training students only): P(r = 1 | u, c) = sigmoid(theta_u - beta_c), a MAP fit with priors
-theta ~ N(0, 1) (identifies the Rasch location) and beta ~ N(0, beta_prior_sd^2). It is one
-convex L2-penalised logistic regression, so scikit-learn's `LogisticRegression` (lbfgs, no
-intercept) solves it on sparse one-hot [student | skill] features: a well-kept solver, exact MAP,
-a few seconds on ASSIST2009. The skill columns hold -beta_prior_sd, so the coefficient w_c has a
-unit-variance penalty while beta_c = beta_prior_sd * w_c gets the wider prior; with C = 1
-sklearn's objective 0.5 ||w||^2 + sum(log-loss) is exactly the negative log posterior.
+theta ~ N(0, theta_prior_sd^2) (identifies the Rasch location) and beta ~ N(0, beta_prior_sd^2).
+It is one convex L2-penalised logistic regression, so scikit-learn's `LogisticRegression` (lbfgs,
+no intercept) solves it on sparse one-hot [student | skill] features: a well-kept solver, a few
+seconds on ASSIST2009, the MAP to lbfgs's tolerance (`tol` bounds the gradient of sklearn's
+objective divided by the number of responses, so a tighter `tol` still moves theta by up to
+~2e-2 on the simulator). A training set whose responses are all alike (sklearn needs two
+classes) is solved by scipy's L-BFGS on the same objective. The student columns hold
+theta_prior_sd and the skill columns -beta_prior_sd, so each coefficient has a unit-variance
+penalty while theta_u = theta_prior_sd * w_u and beta_c = beta_prior_sd * w_c get their priors;
+with C = 1 sklearn's objective 0.5 ||w||^2 + sum(log-loss) is exactly the negative log
+posterior.
 
 Causal targets: at step t the ability is re-estimated from the responses before t only,
-    theta_hat_<t = argmax_theta  sum_{s<t} log P(r_s | theta, beta_IRT[q_s]) - theta^2 / 2,
+    theta_hat_<t = argmax_theta  sum_{s<t} log P(r_s | theta, beta_IRT[q_s])
+                                 - theta^2 / (2 theta_prior_sd^2),
 and M_ref[t] = sigmoid(theta_hat_<t - beta_IRT[q_t]). All prefixes of all rows are solved at once:
-a fixed number of damped Newton steps on [B, L] abilities, the evidence before t entering through
-cumulative sums (exclusive per-skill counts [B, L, C]) or a strict-past [B, L, L] mask when C >= L;
-no loop over students or steps. The empty prefix at t = 0 gives the prior mean theta = 0.
+damped Newton steps on [B, L] abilities, each until its own step is below 1e-6 (at most
+`newton_iter`; a stop shared by the batch would let other rows and later steps move it), the
+evidence before t entering through cumulative sums (exclusive per-skill counts [B, L, C]) or a
+strict-past [B, L, L] mask when C >= L; no loop over students or steps. The empty prefix at t = 0 gives the prior mean theta = 0.
 The published iKT3 targets used r_t (and, after a shift, r_{t+1}); these never read r_s for s >= t.
 
 Windows (`Batch.start > 0`): the prefix is the window's own past, the same evidence the model sees
@@ -40,13 +47,16 @@ def prefix_abilities(
     mask: torch.Tensor,
     beta: torch.Tensor,
     prior_sd: float = 1.0,
-    n_iter: int = 8,
+    n_iter: int = 50,
     max_step: float = 1.0,
+    tol: float = 1e-6,
 ) -> torch.Tensor:
     """MAP ability from the strict past at every step: [B, L], row t reads steps < t only.
 
     q, r, mask [B, L]; beta [C] skill difficulties. Damped Newton (steps clipped to `max_step`) on
-    the concave log posterior of every prefix at once. The evidence before t enters through
+    the concave log posterior of every prefix at once, each until its own step is below `tol` (at
+    most `n_iter` steps: a wide prior and an all-correct prefix need more than a few). The
+    evidence before t enters through
     counts: when C < L, exclusive cumulative skill counts n[b, t, c] (sum over C skills),
     otherwise a strict-past [B, L, L] mask over the earlier steps; both are exact.
     """
@@ -66,13 +76,36 @@ def prefix_abilities(
         diff = beta[q].unsqueeze(1)  # [B, 1, L] difficulty of each earlier step
     prec = 1.0 / prior_sd**2
     theta = torch.zeros(B, L, dtype=dtype, device=q.device)
+    active = torch.ones(B, L, dtype=torch.bool, device=q.device)
     for _ in range(n_iter):
         p = torch.sigmoid(theta.unsqueeze(-1) - diff)  # [B, L, C] or [B, L, L]
         wp = weight * p
         grad = correct - wp.sum(-1) - prec * theta
         hess = (wp * (1 - p)).sum(-1) + prec
-        theta = theta + (grad / hess).clamp(-max_step, max_step)
+        step = (grad / hess).clamp(-max_step, max_step)
+        # an ability stops once its own step is below tol, so each prefix's iterations depend
+        # on its own evidence only (a stop decided over the batch would let later steps move it)
+        active = active & (step.abs() >= tol)
+        if not active.any():
+            break
+        theta = theta + step * active
     return theta
+
+
+def _map_one_class(X: sp.csr_matrix, r: np.ndarray) -> np.ndarray:
+    """The MAP weights of `LogisticRegression`'s objective, 0.5 ||w||^2 + sum log-loss, when every
+    response is alike (sklearn refuses one class): scipy's L-BFGS on the same convex objective."""
+    from scipy.optimize import minimize
+
+    y = np.where(r > 0, 1.0, -1.0)
+
+    def objective(w):
+        z = y * (X @ w)
+        loss = np.logaddexp(0.0, -z).sum() + 0.5 * w @ w
+        grad = X.T @ (-y * 0.5 * (1 - np.tanh(z / 2))) + w  # d log(1 + e^-z) = -sigmoid(-z)
+        return loss, grad
+
+    return minimize(objective, np.zeros(X.shape[1]), jac=True, method="L-BFGS-B").x
 
 
 @REFERENCES.register("irt")
@@ -85,13 +118,13 @@ class IRTReference(ReferenceModel):
         self,
         beta_prior_sd: float = 3.0,
         theta_prior_sd: float = 1.0,
-        newton_iter: int = 8,
+        newton_iter: int = 50,
         tol: float = 1e-6,
         max_iter: int = 1000,
     ):
         self.beta_prior_sd = beta_prior_sd  # prior sd of skill difficulties (weak)
         self.theta_prior_sd = theta_prior_sd  # prior sd of abilities (fit and per-step MAP)
-        self.newton_iter = newton_iter  # Newton steps of the per-prefix ability MAP
+        self.newton_iter = newton_iter  # at most this many Newton steps per prefix ability MAP
         self.tol = tol
         self.max_iter = max_iter
         self.beta: torch.Tensor | None = None  # [C] float64
@@ -118,8 +151,8 @@ class IRTReference(ReferenceModel):
         cols = np.stack([row_student, U + q], axis=1).ravel()
         vals = np.tile([self.theta_prior_sd, -self.beta_prior_sd], n)
         X = sp.csr_matrix((vals, (rows, cols)), shape=(n, U + C))
-        if len(np.unique(r)) < 2:
-            w = np.zeros(U + C)
+        if len(np.unique(r)) < 2:  # one class: sklearn refuses, the MAP is still finite
+            w = _map_one_class(X, r)
         else:
             clf = LogisticRegression(
                 C=1.0, fit_intercept=False, solver="lbfgs", tol=self.tol, max_iter=self.max_iter
@@ -151,7 +184,8 @@ class IRTReference(ReferenceModel):
         if len(uids) == 0:
             return torch.zeros(uid.shape, dtype=theta.dtype, device=uid.device), uid < uid
         pos = torch.searchsorted(uids, uid).clamp(max=len(uids) - 1)
-        return theta[pos], uids[pos] == uid
+        seen = uids[pos] == uid
+        return torch.where(seen, theta[pos], torch.zeros((), dtype=theta.dtype)), seen
 
     @torch.no_grad()
     def targets(self, batch: Batch) -> dict[str, torch.Tensor]:
