@@ -21,7 +21,8 @@ and M_ref[t] = sigmoid(theta_hat_<t - beta_IRT[q_t]). All prefixes of all rows a
 damped Newton steps on [B, L] abilities, each until its own step is below 1e-6 (at most
 `newton_iter`; a stop shared by the batch would let other rows and later steps move it), the
 evidence before t entering through cumulative sums (exclusive per-skill counts [B, L, C]) or a
-strict-past [B, L, L] mask when C >= L; no loop over students or steps. The empty prefix at t = 0 gives the prior mean theta = 0.
+strict-past [B, L, L] mask when C >= L; no loop over students or steps. The empty prefix at
+t = 0 gives the prior mean theta = 0.
 The published iKT3 targets used r_t (and, after a shift, r_{t+1}); these never read r_s for s >= t.
 
 Windows (`Batch.start > 0`): the prefix is the window's own past, the same evidence the model sees
