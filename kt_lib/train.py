@@ -330,6 +330,8 @@ def _fit(
     ):
         tp = time.perf_counter()
         model.prepare(train)  # may set what the parameter groups depend on (SimAKT's influence)
+        for note in model.schedule_notes(cfg.epochs):  # e.g. a warm-up longer than the run
+            warnings.warn(note, UserWarning, stacklevel=3)
         prepare_seconds = time.perf_counter() - tp  # SimAKT: its memory banks
         opt = make_optimizer(cfg, model.param_groups(cfg.lr))
         if cfg.resume and _resumable(cfg):

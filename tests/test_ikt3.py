@@ -459,3 +459,16 @@ def test_reference_options_of_another_reference_are_refused():
         build_model("ikt3", preset="tiny", num_c=5, reference="bkt",
                     reference_options={"beta_prior_sd": 1.0})  # fmt: skip
     build_model("ikt3", preset="tiny", num_c=5, reference_options={"beta_prior_sd": 2.0})
+
+
+def test_a_warm_up_longer_than_the_run_is_warned():
+    """The seed's warm-up (50 epochs) under a 2-epoch fit never reaches lambda_target: fit says
+    how far lambda gets; a warm-up that fits the run is silent."""
+    data = make_tiny_dataset(NUM_C, 0, n=30)
+    model = build_model("ikt3", dataset=data, preset="tiny", warmup=50)
+    (note,) = model.schedule_notes(2)
+    assert "lambda reaches 0.01, not lambda_target 0.5" in note
+    assert build_model("ikt3", dataset=data, preset="tiny", warmup=1).schedule_notes(2) == []
+    assert build_model("ikt3", dataset=data, preset="tiny", lambda_target=0).schedule_notes(2) == []
+    with pytest.warns(UserWarning, match="lambda warms up over 50 epochs"):
+        fit(model, data, data, epochs=2, batch_size=16, max_len=64, progress=False)

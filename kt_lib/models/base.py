@@ -150,6 +150,11 @@ class KTModel(nn.Module):
     def on_epoch_start(self, epoch: int, train: KTDataset | None = None) -> None:
         """Per-epoch hook (schedules, bank refreshes)."""
 
+    def schedule_notes(self, epochs: int) -> list[str]:
+        """What this model's own schedule would not reach in a training run of at most `epochs`
+        epochs (`fit` warns each line); default none."""
+        return []
+
     def loss(self, out: ModelOutput, batch: Batch, epoch: int = 0) -> dict[str, torch.Tensor]:
         """Prediction loss over valid positions plus the model's auxiliary losses; key 'total'."""
         # a mean over valid positions by weights, not by boolean indexing: indexing waits for

@@ -239,6 +239,19 @@ class IKT3(KTModel):
     def lam(self, epoch: int) -> float:
         return lambda_schedule(epoch, self.config.lambda_target, self.config.warmup)
 
+    def schedule_notes(self, epochs: int) -> list[str]:
+        """The lambda warm-up (seed: 50 epochs) is longer than a run of `epochs` epochs: lambda
+        never reaches lambda_target there (and early stopping may end it sooner)."""
+        c = self.config
+        if c.warmup <= 0 or c.lambda_target <= 0 or epochs - 1 >= c.warmup:
+            return []
+        top = lambda_schedule(epochs - 1, c.lambda_target, c.warmup)
+        return [
+            f"ikt3: lambda warms up over {c.warmup} epochs, but this run has at most {epochs}: "
+            f"lambda reaches {top:.3g}, not lambda_target {c.lambda_target:g} (set warmup <= "
+            f"{epochs - 1}, or train longer)"
+        ]
+
     def loss(self, out: ModelOutput, batch: Batch, epoch: int = 0) -> dict[str, torch.Tensor]:
         """Seed loss with every term (and lambda) returned so `fit` logs them per epoch."""
         if not self.reference.fitted:
