@@ -98,7 +98,7 @@ def resolve_precision(precision: str | None, device: str) -> str:
 @contextlib.contextmanager
 def precision_context(precision: str | None, device: str):
     """Run the block at `precision`: fp32 (full float32 matrix products), tf32 (float32 with
-    TensorFloat-32 matrix products on CUDA; on CPU the same as fp32), bf16 (autocast to
+    TensorFloat-32 matrix products on CUDA; refused elsewhere), bf16 (autocast to
     bfloat16 on the device, float32 master weights; attention softmax chains stay float32) or
     auto (`resolve_precision`). Yields the resolved precision; the previous matmul precision is
     restored afterwards."""

@@ -55,6 +55,22 @@ def test_a_cell_mixing_presets_is_split_not_averaged():
     assert board["auc"].tolist() == ["0.7000", "0.8100", "0.8000"]
 
 
+def test_a_cell_mixing_set_fields_is_split_not_averaged():
+    """`kt run --set` keeps runs of other fields beside each other in one file (a review: the
+    table averaged dropout 0.1 and 0.3 into one dkt cell); same fields pool, as seeds do."""
+    table = pd.DataFrame(
+        {
+            "dataset": ["a15"] * 5,
+            "model": ["dkt", "dkt", "dkt", "sakt", "sakt"],
+            "set": [{"dropout": 0.1}, {"dropout": 0.3}, {"dropout": 0.3}, {}, {}],
+            "test_auc": [0.70, 0.80, 0.82, 0.60, 0.62],
+        }
+    )
+    board = tables.leaderboard(table, published=False).reset_index()
+    assert board["model"].tolist() == ["dkt {dropout=0.1}", "dkt {dropout=0.3}", "sakt"]
+    assert board["runs"].tolist() == [1, 2, 2]
+
+
 def test_a_cell_is_mixed_only_when_it_mixes_cpu_and_gpu_runs():
     def cell(*names):
         return tables.devices_cell(pd.Series(names))

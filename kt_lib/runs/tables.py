@@ -49,6 +49,13 @@ def to_markdown(frame: pd.DataFrame, index: bool = True) -> str:
     return "\n".join(lines)
 
 
+def _set_label(fields) -> str:
+    """A row's `--set` fields as `key=value, ...` ('' for none or a row without them)."""
+    if not isinstance(fields, dict):
+        return ""
+    return ", ".join(f"{k}={fields[k]}" for k in sorted(fields))
+
+
 def leaderboard(
     table: pd.DataFrame,
     metrics: Iterable[str] = METRICS,
@@ -65,6 +72,12 @@ def leaderboard(
             table.loc[mixed, "model"] = (
                 table.loc[mixed, "model"] + " [" + table.loc[mixed, "preset"].astype(str) + "]"
             )
+    if "set" in table:  # `kt run --set` rows of other fields: split, never averaged
+        fields = table["set"].map(_set_label)
+        mixed = fields.groupby([table["dataset"], table["model"]]).transform("nunique") > 1
+        if mixed.any():
+            table = table.copy()
+            table.loc[mixed, "model"] = table.loc[mixed, "model"] + " {" + fields[mixed] + "}"
     metrics = [m for m in metrics if m in table]
     # the same metrics under the other evaluation protocols, side by side (test_auc@per_row/...)
     metrics += [c for c in table.columns if "@" in c and c.split("@")[0] in metrics]
