@@ -4,6 +4,7 @@ committed notebooks' papermill metadata and outputs."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -295,3 +296,46 @@ def test_a_failed_write_leaves_the_old_files_whole(tmp_path, monkeypatch):
         with pytest.raises(OSError, match="No space left"):
             write()
         assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def _inplace_dir(tmp_path, monkeypatch):
+    """A notebooks folder of one committed notebook, as `run` sees it."""
+    nb = {"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    path = folder / "01_x.ipynb"
+    path.write_text(json.dumps(nb))
+    monkeypatch.setattr(reports, "NOTEBOOKS", folder)
+    return path
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_inplace_replaces_a_notebook_only_after_its_run_succeeds(tmp_path, monkeypatch, fails):
+    """Papermill writes its output as it runs: under --inplace it runs into a dot-file beside the
+    notebook, which replaces the committed one at the end; a failed run leaves the committed
+    notebook as it was and says where the failed run is (it was half-overwritten before)."""
+    import papermill
+
+    path = _inplace_dir(tmp_path, monkeypatch)
+    before = path.read_text()
+
+    def execute(src, target, **kwargs):
+        out = json.loads(Path(src).read_text())
+        out["metadata"]["papermill"] = {"input_path": str(src), "output_path": str(target)}
+        out["cells"] = [{"cell_type": "markdown", "metadata": {}, "source": ["ran"]}]
+        Path(target).write_text(json.dumps(out))
+        if fails:
+            raise RuntimeError("a cell raised")
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    if fails:
+        with pytest.raises(SystemExit, match="1 notebook"):
+            reports.run(only=["01"], inplace=True)
+        assert path.read_text() == before
+        assert (path.parent / ".01_x.running.ipynb").exists()
+    else:
+        reports.run(only=["01"], inplace=True)
+        done = json.loads(path.read_text())
+        assert done["cells"][0]["source"] == ["ran"]
+        assert done["metadata"]["papermill"]["output_path"] == "01_x.ipynb"  # not the dot-file
+        assert not (path.parent / ".01_x.running.ipynb").exists()

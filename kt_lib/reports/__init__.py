@@ -265,7 +265,9 @@ def run(
     runs = []
     for path in paths:
         params = notebook_params(prof, path)
-        target = path if inplace else out / path.name
+        # in place: papermill writes as it runs, so it writes beside the notebook (a dot-file no
+        # notebook glob matches) and the notebook is replaced only once its run has succeeded
+        target = path.with_name(f".{path.stem}.running.ipynb") if inplace else out / path.name
         print(f"[{path.stem}] running with {params or 'defaults'}", flush=True)
         t0 = time.perf_counter()
         record = {
@@ -286,13 +288,17 @@ def run(
                 kernel_manager_class=kernel_manager(),
             )
             if inplace:
-                relative_paths(target)
+                relative_paths(target, output_path=path)
+                os.replace(target, path)
             else:
                 record["notes"] = collect_notes(target)
                 to_html(target, out / f"{path.stem}.html")
         except Exception as exc:  # a failed notebook is reported, the others still run
             lines = str(exc).splitlines() or [""]
             record.update(ok=False, error=f"{type(exc).__name__}: {lines[0]}")
+            if inplace and target.exists():  # the committed notebook stays as it was
+                shown = target.relative_to(ROOT) if target.is_relative_to(ROOT) else target
+                record["error"] += f" (the notebook is unchanged; the failed run is in {shown})"
         record["seconds"] = time.perf_counter() - t0
         if not inplace:
             record["summary"] = read_summary(target)

@@ -137,12 +137,15 @@ def default_source(params: dict) -> str:
     return f"this run: {params.get('data_dir') or 'the simulator'}"
 
 
-def relative_paths(notebook: Path) -> None:
+def relative_paths(notebook: Path, output_path: Path | None = None) -> None:
     """Papermill records the absolute input/output paths of the machine that ran a notebook, and
     warnings print the absolute path of the file that raised them; committed notebooks carry
-    both relative to the workbook instead."""
+    both relative to the workbook instead. `output_path`: where the notebook will live (it ran
+    into a temporary file beside it)."""
     nb = json.loads(Path(notebook).read_text(encoding="utf-8"))
     meta = nb.get("metadata", {}).get("papermill", {})
+    if output_path is not None and "output_path" in meta:
+        meta["output_path"] = str(Path(output_path).resolve())
     for key in ("input_path", "output_path"):
         if meta.get(key) and Path(meta[key]).is_absolute():
             try:
