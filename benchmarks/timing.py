@@ -124,18 +124,14 @@ def count_per_step(fn, device) -> dict:
 def measure(step, infer, repeats: int, device, count: bool = True) -> dict:
     """Train-step and inference medians of the closures, plus (with `count`) the device kernels
     (CUDA) or aten calls (CPU) of one step, and on CUDA the peak allocated memory of the timed
-    training steps (`torch.cuda.max_memory_allocated`, reset before)."""
-    import resource
-
+    training steps (`torch.cuda.max_memory_allocated`, reset before; `peak_memory`)."""
     res: dict = {}
     if is_cuda(device):
         sync(device)
         torch.cuda.reset_peak_memory_stats(device)
     res["train_step_s"] = median_seconds(step, repeats, device)
-    if is_cuda(device):
-        res["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated(device) / 2**20, 1)
-    else:  # the process's high-water mark so far: building, preparing and training steps only
-        res["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    # on CPU the process's high-water mark so far: building, preparing and training steps only
+    res.update(peak_memory(device))
     if count:  # after the timing: the profiler's own records never count as the step's memory
         res.update(count_per_step(step, device))
     res["inference_s"] = median_seconds(infer, repeats, device)

@@ -138,12 +138,13 @@ class EncodedSet:
             if not windows:  # empty logs only: no step, no state
                 yield torch.as_tensor(group), out, valid
                 continue
-            chunk_states = self.states_fn(collate(self.dataset, windows, W).to(self.device))
-            chunk_states = chunk_states.float().cpu()  # [w, W, D]
-            for k, (w, row) in enumerate(zip(windows, rows, strict=True)):
-                n = w.stop - w.start
-                out[row, w.start : w.stop] = chunk_states[k, :n]
-                valid[row, w.start : w.stop] = True
+            batch = collate(self.dataset, windows, W)
+            chunk_states = self.states_fn(batch.to(self.device)).float().cpu()  # [w, W, D]
+            real = batch.mask  # [w, W]: each chunk's steps, placed at start + offset
+            pos = batch.start.unsqueeze(1) + torch.arange(W)
+            at = torch.as_tensor(rows).unsqueeze(1).expand_as(pos)
+            out[at[real], pos[real]] = chunk_states[real]
+            valid[at[real], pos[real]] = True
             yield torch.as_tensor(group), out, valid
 
     def states(self, index) -> tuple[torch.Tensor, torch.Tensor]:
