@@ -8,7 +8,13 @@ import json
 import pytest
 
 from kt_lib.provenance import ROOT
-from kt_lib.runs.plan import PROFILE_DEFAULTS, fold_plan, profile_plan, run_key
+from kt_lib.runs.plan import (
+    PROFILE_DEFAULTS,
+    fold_plan,
+    profile_plan,
+    run_key,
+    unused_with_results,
+)
 
 
 def test_fold_plan(tmp_path):
@@ -167,3 +173,41 @@ def test_a_variant_with_its_own_precision_trains_with_it_and_keys_it():
         LeaderboardPlan.of(
             [(None, None)], ["x"], variants={"x": {"model": "dkt", "precision": "fp8"}}
         )
+
+
+def _notebook_10_cells() -> list[str]:
+    nb = json.loads((ROOT / "notebooks" / "10_compare_models.ipynb").read_text())
+    return ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+@pytest.mark.parametrize(
+    "given, named",
+    [({"models": ["dkt"]}, "'models'"), ({"seeds": [0, 1, 2]}, "'seeds'"),
+     ({"resume_file": "runs/x.json"}, "'resume_file'")],
+)  # fmt: skip
+def test_notebook_10_refuses_plan_parameters_it_would_ignore_with_results(given, named):
+    """With `results_file` set the notebook shows stored runs and trains nothing: a plan
+    parameter given a value of its own (or a resume file) is refused by name, not ignored."""
+    imports, params, run = _notebook_10_cells()[:3]
+    ns: dict = {}
+    exec(imports, ns)
+    exec(params, ns)
+    ns.update(given)  # papermill's injected cell
+    with pytest.raises(ValueError, match=named):
+        exec(run, ns)
+    assert "runs" not in ns
+
+
+def test_notebook_10_loads_the_store_when_the_plan_is_left_at_its_defaults():
+    imports, params, run = _notebook_10_cells()[:3]
+    ns: dict = {}
+    exec(imports, ns)
+    exec(params, ns)
+    exec(run, ns)
+    assert len(ns["runs"]) > 0 and set(ns["runs"]["device_name"]) == {ns["device_name"]}
+
+
+def test_unused_with_results_names_only_changed_plan_parameters():
+    assert unused_with_results(dict(PROFILE_DEFAULTS)) == []
+    given = {**PROFILE_DEFAULTS, "folds": 5, "epochs": 30, "datasets": [["d", "line3"]]}
+    assert unused_with_results(given) == ["datasets", "folds"]  # epochs: not a plan parameter

@@ -203,3 +203,10 @@ def profile_plan(params: Mapping) -> LeaderboardPlan:
         dataset_overrides=p["dataset_overrides"] or {},
         histories=p["histories"],
     )
+
+
+def unused_with_results(params: Mapping) -> list[str]:
+    """The plan parameters in `params` (notebook 10's names) whose values differ from
+    `PROFILE_DEFAULTS`: a notebook that shows stored runs (its `results_file` set) trains no
+    plan, so these would be accepted and ignored; the notebook refuses them by name."""
+    return [k for k, v in params.items() if k in PROFILE_DEFAULTS and v != PROFILE_DEFAULTS[k]]
