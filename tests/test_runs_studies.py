@@ -309,3 +309,77 @@ def test_run_refuses_threads_that_parallel_workers_would_ignore(capsys):
     with pytest.raises(SystemExit):
         studies.main(["run", "leaderboard", "--workers", "2", "--threads", "1"])
     assert "drop --threads" in capsys.readouterr().err
+
+
+def test_retire_moves_rows_a_fix_made_wrong_and_the_study_plans_them_again(tmp_path, capsys):
+    """`kt study retire`: the named rows leave the study's file for the retired file with the
+    reason, date and commit; their runs are planned again (same keys); their epoch checkpoints
+    (here and parked) go, so a rerun cannot resume the old code's run; `--before` keeps rows
+    made after the fix; bad requests are refused by name."""
+    study = _tiny_study(tmp_path)
+    study = dataclasses.replace(study, seeds=(0, 1))
+    data = tmp_path / "data"
+    plan = study.plan(data)
+    assert len(plan) == 2
+    own, into = tmp_path / "tiny.json", tmp_path / "retired" / "tiny.json"
+    dates = ("2026-11-27T05:00:00+00:00", "2026-11-28T15:00:00+00:00")  # before / after a fix
+    rows = [
+        {"dataset": p["dataset"], "model": p["model"], "fold": p["fold"], "seed": p["seed"],
+         "run_key": p["key"], "test_auc": 0.7, "date": date}
+        for p, date in zip(plan, dates, strict=True)
+    ]  # fmt: skip
+    own.write_text(json.dumps({"args": {}, "protocol": "", "results": rows}))
+    ck, parked = tmp_path / "ck", tmp_path / "parked"
+    name = leaderboard_module.checkpoint_name(rows[0]["run_key"])
+    for folder in (ck / "tiny", parked / "tiny"):
+        folder.mkdir(parents=True)
+        for f in (f"{name}_last.pt", f"{name}_last.json", f"{name}_best.pt"):
+            (folder / f).write_text("old")
+    kw = dict(path=own, into=into, checkpoints=ck, parked_root=parked)
+    assert studies.retire(study, ["dkt"], None, "why", None, dry_run=True, **kw) == rows
+    assert json.loads(own.read_text())["results"] == rows and not into.exists()  # dry run
+
+    moved = studies.retire(study, ["dkt"], ["tiny"], "bank fix", "2026-11-28T12:00", **kw)
+    assert moved == rows[:1]  # the row made after the fix stays
+    assert json.loads(own.read_text())["results"] == rows[1:]
+    (kept,) = json.loads(into.read_text())["results"]
+    assert kept["run_key"] == rows[0]["run_key"] and kept["retired"]["reason"] == "bank fix"
+    assert kept["retired"]["on"] and kept["retired"]["commit"]
+    assert not list((ck / "tiny").iterdir()) and not list((parked / "tiny").iterdir())
+    rows_done, left, _ = studies.status(study, data, own)
+    assert [p["key"] for p in left] == [rows[0]["run_key"]] and len(rows_done) == 1
+    # retired again after a cut between the writes: not doubled
+    own.write_text(json.dumps({"args": {}, "protocol": "", "results": rows}))
+    studies.retire(study, ["dkt"], None, "bank fix", "2026-11-28T12:00", **kw)
+    assert len(json.loads(into.read_text())["results"]) == 1
+
+    for args, message in [
+        ((["dkt"], None, "  ", None), "--reason"),
+        ((None, None, "why", None), "never takes a whole study"),
+        ((["sakt"], None, "why", None), r"has no model \['sakt'\]"),
+        ((None, ["nope"], "why", None), r"has no dataset \['nope'\]"),
+        ((["dkt"], None, "why", "yesterday"), "Invalid isoformat"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            studies.retire(study, *args, **kw)
+
+
+def test_render_names_the_retired_rows_and_why(tmp_path, monkeypatch):
+    from kt_lib.runs import study as study_module
+
+    monkeypatch.setattr(study_module, "RESULTS", tmp_path / "results")
+    study = _tiny_study(tmp_path)
+    row = {"dataset": "tiny", "model": "dkt", "fold": None, "seed": 0, "test_auc": 0.7,
+           "run_key": "k", "date": "2026-11-27T05:00:00+00:00", "wall_seconds": 1.0,
+           "best_epoch": 1, "train_seconds": 1.0, "device_name": "cpu"}  # fmt: skip
+    study.path.parent.mkdir(parents=True)
+    study.path.write_text(json.dumps({"args": {}, "protocol": "", "results": [row]}))
+    assert "Retired" not in studies.render(study)
+    studies.retire(study, ["dkt"], None, "a fix", None, checkpoints=tmp_path / "ck",
+                   parked_root=tmp_path / "parked")  # fmt: skip
+    empty = studies.render(study)  # the file has no row left
+    assert empty.startswith("No finished run") and "tiny dkt (1). Why: a fix" in empty
+    study.path.write_text(json.dumps({"args": {}, "protocol": "", "results": [row]}))
+    text = studies.render(study)
+    assert "(`results/retired/tiny.json`, not in the tables above): tiny dkt (1). " in text
+    assert text.rstrip().endswith("Why: a fix")

@@ -115,6 +115,11 @@ def _remove_run(name: str, folder: Path) -> None:
             (folder / f"{name}_{kind}{suffix}").unlink(missing_ok=True)
 
 
+def drop(study: str, name: str, parked_root: str | Path = PARKED) -> None:
+    """Remove run `name`'s parked pairs of `study` (none: nothing)."""
+    _remove_run(name, Path(parked_root) / study)
+
+
 def parked(study: str, parked_root: str | Path = PARKED) -> list[Parked]:
     """The runs parked for `study`."""
     return list(_runs(Path(parked_root) / study).values())

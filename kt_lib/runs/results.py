@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import glob
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pandas as pd
@@ -125,3 +125,29 @@ def merge_files(files: Iterable[str | Path], into: str | Path) -> int:
     if any(not r.get("run_key") for r in rows):
         raise ValueError("merging takes leaderboard files (rows with a run_key) only")
     return add_runs(into, rows)
+
+
+def retire_runs(
+    path: str | Path, retired: str | Path, select: Callable[[dict], bool], note: dict
+) -> list[dict]:
+    """Move the rows of `path` for which `select(row)` holds into `retired` (a results file of
+    the same layout), each with `row["retired"] = note`, and return them. For rows that a later
+    change of the code made wrong while their run keys stayed the same (their settings did not
+    change): once retired, a resumed plan trains them again. Both files are rewritten atomically
+    under their locks, the retired file first: a cut between the writes leaves a row in both
+    files (retiring it again is then a no-op for the retired file), never in neither."""
+    path, retired = Path(path), Path(retired)
+    with locked(path), locked(retired):
+        rows = read_runs(path)
+        moved = [r for r in rows if select(r)]
+        if not moved:
+            return []
+        # one row per (key, date): a run retired again after a cut is not doubled, two runs
+        # of one setting (retired, rerun, retired again) are both kept
+        old = {(r.get("run_key"), r.get("date")): r for r in read_runs(retired)}
+        old.update({(r.get("run_key"), r.get("date")): {**r, "retired": note} for r in moved})
+        save_json(retired, {"args": {"kind": "retired"}, "protocol": "",
+                            "results": list(old.values())})  # fmt: skip
+        left = [r for r in rows if not select(r)]
+        save_json(path, {"args": {"kind": "leaderboard"}, "protocol": "", "results": left})
+    return moved

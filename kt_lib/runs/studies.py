@@ -6,6 +6,8 @@
                                         [--workers 4 | --threads 1]
     kt study render simakt                   # the README's block, from the file
     kt study render simakt --write           # ... written into README.md and docs/*.md
+    kt study retire leaderboard --models simakt --datasets statics2011 --before 2026-11-28T10:52 \
+        --reason "bank positions past the first window (fixed in b7b606d, eaeb91e)"  # rerun them
     kt leaderboard results/simakt.json --pairs simakt_pwd:dtransformer ...
 
 A study is a list of parts (datasets x models) that share one training recipe, one preset and one
@@ -22,16 +24,18 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
-from ..provenance import ROOT
+from ..checkpoint import remove_checkpoint
+from ..provenance import ROOT, git_commit
 from .cost import cells, fmt_eta, kind_hours, run_cost
 from .declared import DECLARED
 from .execute import ExecConfig
 from .experiment import at_least_one
 from .leaderboard import checkpoint_name, run_plan
-from .parking import PARKED, in_flight, park, parked, price_in_flight, unpark
-from .results import finished_runs, read_runs
+from .parking import PARKED, drop, in_flight, park, parked, price_in_flight, unpark
+from .results import finished_runs, read_runs, retire_runs
 from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study  # noqa: F401
 from .study_render import render, render_summary, write_blocks
 from .tuned import add_tuned_rows
@@ -113,6 +117,44 @@ def run(
         )
 
 
+def retire(
+    study: Study, models, datasets, reason: str, before: str | None, path=None, into=None,
+    dry_run: bool = False, checkpoints=CHECKPOINTS, parked_root=PARKED,
+) -> list[dict]:  # fmt: skip
+    """Move the finished rows of `study` on `models` x `datasets` (None: any), dated before
+    `before` (an ISO time; None: any), to `into` (default `study.retired_path`) with
+    `reason`, the date and the commit, and remove their epoch checkpoints (here and parked);
+    the study then plans those runs again. `dry_run`: only return them."""
+    if not reason.strip():
+        raise ValueError("--reason: say why these rows are retired (it is stored with them)")
+    if not models and not datasets:
+        raise ValueError("name --models and/or --datasets: retire never takes a whole study")
+    study.only(models, datasets)  # a name the study lacks is refused, not matched by nothing
+    cut = None if before is None else datetime.fromisoformat(before)
+    if cut is not None and cut.tzinfo is None:
+        cut = cut.replace(tzinfo=UTC)
+
+    def select(r: dict) -> bool:
+        return (
+            not r.get("error")
+            and (not models or r.get("model") in models)
+            and (not datasets or r.get("dataset") in datasets)
+            and (cut is None or datetime.fromisoformat(r["date"]) < cut)
+        )
+
+    path = Path(path or study.path)
+    if dry_run:
+        return [r for r in read_runs(path) if select(r)]
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    note = {"reason": reason, "on": now, "commit": git_commit()}
+    moved = retire_runs(path, into or study.retired_path, select, note)
+    for r in moved:  # no epoch checkpoint of the old code for the rerun to resume from
+        name = checkpoint_name(r["run_key"])
+        remove_checkpoint(Path(checkpoints) / study.name / name)
+        drop(study.name, name, parked_root)
+    return moved
+
+
 def _add_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--add",
@@ -149,6 +191,16 @@ def main(argv: list[str] | None = None) -> None:
     k.add_argument("name", choices=sorted(STUDIES))
     k.add_argument("--out", default=None, help="results file (default results/<name>.json)")
     _add_argument(k)
+    t = sub.add_parser(
+        "retire", help="move rows a code fix made wrong (same run keys) to results/retired/, "
+        "with why; the study then runs them again",
+    )  # fmt: skip
+    t.add_argument("name", choices=sorted(STUDIES))
+    t.add_argument("--models", nargs="+", default=None, metavar="MODEL")
+    t.add_argument("--datasets", nargs="+", default=None, metavar="DATASET")
+    t.add_argument("--before", default=None, help="only rows dated before this ISO time (UTC)")
+    t.add_argument("--reason", required=True, help="why (stored with each row)")
+    t.add_argument("--dry-run", action="store_true", help="list the rows, move nothing")
     for cmd in ("status", "run"):
         s = sub.add_parser(cmd)
         s.add_argument("name", choices=sorted(STUDIES))
@@ -193,6 +245,19 @@ def main(argv: list[str] | None = None) -> None:
               "studies' runs on one, by cell, model or all; '?': none has run on one)")  # fmt: skip
         return
     study = declared = get(a.name)
+    if a.cmd == "retire":
+        try:
+            moved = retire(study, a.models, a.datasets, a.reason, a.before, dry_run=a.dry_run)
+        except ValueError as e:
+            p.error(str(e))
+        for r in moved:
+            print(
+                f"{'would retire' if a.dry_run else 'retired'} {r['dataset']} {r['model']} "
+                f"fold={r.get('fold')} seed={r.get('seed')} {r['date']} {r.get('device_name')}"
+            )
+        where = "" if a.dry_run else f" -> results/retired/{study.name}.json: commit both files"
+        print(f"{len(moved)} row(s){where}")
+        return
     if getattr(a, "add", None):
         if not a.out or Path(a.out).resolve() == study.path.resolve():
             p.error(f"--add: give --out FILE, a file of your own (results/{study.name}.json holds "

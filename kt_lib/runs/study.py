@@ -153,6 +153,11 @@ class Study:
     def path(self) -> Path:
         return RESULTS / f"{self.name}.json"
 
+    @property
+    def retired_path(self) -> Path:
+        """Rows taken out of the study by `kt study retire` (a fix made them wrong), with why."""
+        return RESULTS / "retired" / f"{self.name}.json"
+
     def folder(self, name: str, data_root: str | Path = DATA_ROOT) -> Path:
         """Where dataset folder `name` is read: prepared ones under PREPARED (pykt layout),
         the others under `data_root`."""

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ..fileio import atomic_write_text
 from ..published import PUBLISHED, PYKT_PAPER
-from .results import load_results
+from .results import load_results, read_runs
 from .stats import compare_pairs, pairs_markdown
 from .tables import devices_cell, mean_std, mixes_devices, to_markdown
 
@@ -22,7 +22,8 @@ def _finished(study, path: str | Path | None) -> pd.DataFrame | None:
     if not path.exists():
         return None
     runs = load_results(path)
-    return runs[runs["error"].isna()] if "error" in runs else runs
+    runs = runs[runs["error"].isna()] if "error" in runs else runs
+    return runs if len(runs) else None  # e.g. every row retired
 
 
 def render(study, path: str | Path | None = None) -> str:
@@ -32,7 +33,9 @@ def render(study, path: str | Path | None = None) -> str:
     fold and seed; kt_lib.runs.stats). `kt study render NAME` prints it."""
     runs = _finished(study, path)
     if runs is None:
-        return f"No finished run yet (`kt study status {study.name}`).\n"
+        ours = path is None or Path(path).resolve() == Path(study.path).resolve()
+        note = _retired(study) if ours else []
+        return "\n\n".join([f"No finished run yet (`kt study status {study.name}`).", *note]) + "\n"
     metrics = [m for m in ("test_auc", "test_qwk") if m in runs]  # ordinal K > 2: no AUC
     shown = metrics + [m for m in ORDINAL_SHOWN if "test_qwk" in runs and m in runs]
     g = runs.groupby(["dataset", "model"], sort=False)
@@ -98,7 +101,27 @@ def render(study, path: str | Path | None = None) -> str:
         out += pair_breakdown(runs, [p for p in study.breakdown_pairs if set(p) <= present])
     hours = runs["wall_seconds"].sum() / 3600
     out.append(f"{len(runs)} runs; their wall times add up to {hours:.2f} h.")
+    if path is None or Path(path).resolve() == Path(study.path).resolve():
+        out += _retired(study)
     return "\n\n".join(x.strip() for x in out) + "\n"
+
+
+def _retired(study) -> list[str]:
+    """A line per retirement (`kt study retire`): how many rows of which cells, and why."""
+    path = Path(study.retired_path)
+    if not path.exists():
+        return []
+    rows = read_runs(path)
+    why: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        why.setdefault((r["retired"]["reason"], r["retired"]["on"][:10]), []).append(r)
+    out = []
+    for (reason, on), part in why.items():
+        cells = pd.Series([f"{r['dataset']} {r['model']}" for r in part]).value_counts(sort=False)
+        named = ", ".join(f"{cell} ({n})" for cell, n in cells.items())
+        out.append(f"Retired on {on} (`{path.relative_to(path.parents[2])}`, not in the tables "
+                   f"above): {named}. Why: {reason}")  # fmt: skip
+    return out
 
 
 def _by_length(groups) -> str | None:
