@@ -87,6 +87,9 @@ def test_sliding_windows_score_every_step_once_with_its_history():
         hist = np.array([scored[(i, t)] for (i, t) in scored if t >= 8])
         assert hist.max() == 7 and hist.min() == 8 - stride  # stride 1: exactly max_len - 1
         assert all(h == t for (i, t), h in scored.items() if t < 8)  # whole log so far
+    # a stride past max_len would skip the steps between one window's end and the next's start
+    with pytest.raises(ValueError, match="stride 9 > max_len 8 would leave steps unscored"):
+        sliding(data, 8, 9)
 
 
 @pytest.mark.parametrize("name", ["sakt", "akt"])

@@ -379,3 +379,28 @@ def test_log_columns_are_refused_for_another_layout(tmp_path):
     for fmt in ("auto", "pykt"):
         with pytest.raises(ValueError, match=r"column names \['user'\] are read from a log file"):
             load_bundle(tmp_path, fmt, user="student")
+
+
+def test_pykt_refuses_a_padding_concept_beside_a_real_response(tmp_path):
+    """-1 is pyKT's padding in concepts and responses alike; a -1 concept with a real answer was
+    dropped without a word (an interaction lost)."""
+    write_file(tmp_path, "train_valid.csv", PYKT_HEADER + '0,u,"1,-1,3","1,-1,3","1,0,1","1,1,1"\n')
+    with pytest.raises(
+        ValueError, match=r"train_valid.csv line 2: concept -1 .* with response 0: "
+    ):
+        read_pykt(tmp_path)
+
+
+def test_the_id_base_is_the_folders_under_every_fold(tmp_path):
+    """Ids are 0-based when any file of the folder holds a 0: a 0 in fold 1's valid file only
+    made fold 1 read every file 0-based and fold 2 1-based, shifting the same test file's ids."""
+    rec = "2\n{}\n1,0\n"
+    files = {"x_train.csv": rec.format("1,2") * 4 + rec.format("2,3"),
+             "x_test.csv": rec.format("1,3"),
+             "x_train1.csv": rec.format("2,3"), "x_valid1.csv": rec.format("0,2"),
+             "x_train2.csv": rec.format("1,2"), "x_valid2.csv": rec.format("2,3")}  # fmt: skip
+    for name, text in files.items():
+        write_file(tmp_path, name, text)
+    tests = [load_bundle(tmp_path, "line3", fold=f).test.students[0].q.tolist() for f in (1, 2)]
+    whole = load_bundle(tmp_path, "line3").test.students[0].q.tolist()
+    assert tests == [[1, 3], [1, 3]] and whole == [1, 3]  # 0-based everywhere: the folder's 0

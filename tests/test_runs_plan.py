@@ -211,3 +211,15 @@ def test_unused_with_results_names_only_changed_plan_parameters():
     assert unused_with_results(dict(PROFILE_DEFAULTS)) == []
     given = {**PROFILE_DEFAULTS, "folds": 5, "epochs": 30, "datasets": [["d", "line3"]]}
     assert unused_with_results(given) == ["datasets", "folds"]  # epochs: not a plan parameter
+
+
+def test_fold_plan_finds_txt_fold_files_as_load_bundle_reads_them(tmp_path):
+    """DTransformer-style folders name their folds `x_train1.txt`: load_bundle reads them, so
+    the plan must plan folds there too (it looked for .csv only and planned seeds)."""
+    from kt_lib.data import simulate, write_line3
+
+    sim = simulate(num_students=20, seq_len=8, num_c=4, seed=0).data
+    for name in ("x_train.txt", "x_test.txt", "x_train1.txt", "x_valid1.txt"):
+        write_line3(sim, tmp_path / name)
+    assert fold_plan("auto", 1, [0, 1], tmp_path) == [(1, 0)]
+    assert fold_plan("line3", 1, [0, 1], tmp_path) == [(1, 0)]

@@ -48,3 +48,8 @@ def test_model_settings_merge_in_order_and_refuse_unknown_names():
         ModelSettings.parse(overrides={"dktt": {"d": 3}})
     with pytest.raises(ValueError, match="must map model names to fields"):
         ModelSettings.parse(dataset_overrides={"a09": ["dkt"]})
+
+
+def test_eval_config_refuses_a_stride_past_the_window():
+    with pytest.raises(ValueError, match="stride 60 > max_len 50"):
+        EvalConfig(64, 50, "cpu", ("window", "sliding"), 60)

@@ -199,3 +199,24 @@ def test_a_run_of_unknown_device_pairs_with_nothing():
     assert res.n_pairs == 2 and res.mean_diff == pytest.approx(0.005)
     assert "1 pair(s) with a run of unknown device left out" in res.note
     assert "across devices" not in res.note and res.unmatched_a == 0 and res.unmatched_b == 0
+
+
+def test_losses_and_error_rates_are_lower_is_better_under_every_name():
+    """`test_logloss` (every run stores it) and seed 002's `test_large_error` were read as
+    higher-is-better, so a pair named the model with the worse loss the better one."""
+    for m in ("test_logloss", "valid_logloss", "test_large_error", "test_rmse@pos1-10"):
+        assert lower_is_better(m), m
+    for m in ("test_auc", "test_acc", "test_qwk", "test_auc@lenq1"):
+        assert not lower_is_better(m), m
+    b = np.array([0.50, 0.52, 0.51])
+    loss = runs_frame(b - 0.06, b).rename(columns={"test_auc": "test_logloss"})
+    assert paired_comparison(loss, "a", "b", metric="test_logloss").better == "a"
+
+
+def test_pairs_that_differ_by_one_amount_get_no_interval():
+    """A zero sample spread bounds nothing: no [d, d] interval printed as if it were one."""
+    b = np.array([0.70, 0.71, 0.72])
+    res = paired_comparison(runs_frame(b + 0.0013, b), "a", "b")
+    assert res.n_pairs == 3 and math.isclose(res.mean_diff, 0.0013)
+    assert math.isnan(res.ci_low) and math.isnan(res.ci_high) and math.isnan(res.p_ttest)
+    assert "no interval" in res.note

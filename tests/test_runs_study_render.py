@@ -162,3 +162,25 @@ def test_a_breakdown_study_shows_auc_by_log_length_per_cell(tmp_path):
     only_b = [r for r in rows if r["model"] == "b"]
     add_runs(tmp_path / "t.json", only_b)
     assert "By the student's log length" not in render(study, tmp_path / "t.json")
+
+
+def test_position_columns_say_how_many_runs_they_average(tmp_path):
+    """Runs recorded before the breakdown store no positions: a cell's `auc pos*` means cover
+    fewer runs than its `runs` and test_auc, and the `pos runs` column says how many."""
+    from kt_lib.runs.results import add_runs
+    from kt_lib.runs.study import Part, Study
+    from kt_lib.runs.study_render import render
+
+    rows = [
+        {"dataset": "d", "model": "a", "fold": None, "seed": s, "run_key": f"a{s}",
+         "test_auc": 0.7, "best_epoch": 3, "train_seconds": 1.0, "wall_seconds": 1.0,
+         "device_name": "AMD EPYC", **({"test_auc@pos1-10": 0.6} if s < 2 else {})}
+        for s in range(5)
+    ]  # fmt: skip
+    path = tmp_path / "s.json"
+    add_runs(path, rows)
+    study = Study("s", "?", (Part((("d", "line3"),), ("a",)),), breakdown=True)
+    header, _, row = render(study, path).splitlines()[:3]
+    cells = dict(zip(header.split("|"), row.split("|"), strict=True))
+    assert cells[" runs "].strip() == "5" and cells[" pos runs "].strip() == "2"
+    assert cells[" auc pos1-10 "].strip() == "0.6000"

@@ -93,3 +93,16 @@ def test_the_leaderboard_marks_a_cell_that_mixes_cpu_and_gpu_runs():
     )
     board = tables.leaderboard(table, published=False)
     assert board["device"].tolist() == ["MIXED: AMD EPYC, NVIDIA H200", "AMD EPYC, Intel Xeon"]
+
+
+def test_the_leaderboard_leaves_out_the_withdrawn_length_bands():
+    """Older rows keep `@lendistinctq*` (bands of the distinct lengths, withdrawn): no table
+    reads them; the protocols' columns and today's `@lenq*` bands are shown."""
+    table = pd.DataFrame(
+        {"dataset": ["a"] * 2, "model": ["dkt"] * 2, "test_auc": [0.8, 0.81],
+         "test_auc@per_row/window": [0.79, 0.8], "test_auc@lenq1": [0.7, 0.71],
+         "test_auc@lendistinctq1": [0.6, 0.61]}
+    )  # fmt: skip
+    cols = tables.leaderboard(table, published=False).columns
+    assert "auc@per_row/window" in cols and "auc@lenq1" in cols
+    assert not [c for c in cols if "lendistinct" in c]

@@ -175,6 +175,8 @@ def sliding(dataset: KTDataset, max_len: int, stride: int = 1) -> list[Window]:
     """
     if max_len < 1 or stride < 1:
         raise ValueError(f"max_len and stride must be >= 1, got {max_len} and {stride}")
+    if stride > max_len:  # the steps between one window's end and the next one's start
+        raise ValueError(f"stride {stride} > max_len {max_len} would leave steps unscored")
     windows = []
     for i, s in enumerate(dataset.students):
         n = len(s)

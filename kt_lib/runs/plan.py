@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..data.formats.detect import detect_format
+from ..data.formats.detect import detect_format, split_files
 from ..fileio import short_digest
 from ..train import TrainConfig
 from .data import DataSpec
@@ -42,12 +42,12 @@ PROFILE_DEFAULTS = {
 
 
 def has_fold_files(data_dir: str | Path | None, data_format: str) -> bool:
-    """Whether a folder carries its own folds: line3/line4 `*_train1.csv` (a folder with only
+    """Whether a folder carries its own folds: line3/line4 `*_train1.csv|.txt` (a folder with only
     train/test files has none), pykt always (a `fold` column); unknown without a folder."""
     if data_format == "pykt":
         return True
     if data_format in ("line3", "line4"):
-        return data_dir is None or any(Path(data_dir).glob("*_train1.csv"))
+        return data_dir is None or bool(split_files(data_dir, "train1"))
     return False
 
 

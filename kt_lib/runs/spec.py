@@ -101,6 +101,11 @@ class EvalConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"EvalConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.stride > self.max_len:
+            raise ValueError(
+                f"EvalConfig.stride {self.stride} > max_len {self.max_len}: the sliding history "
+                "would leave the steps between windows unscored"
+            )
         object.__setattr__(self, "histories", histories)
 
     @classmethod

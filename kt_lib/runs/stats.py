@@ -28,7 +28,8 @@ from scipy import stats as st
 from ..provenance import device_kind
 from .tables import to_markdown
 
-LOWER_IS_BETTER = ("rmse", "mae", "loss", "ece", "brier")  # metric names where less is better
+# metric names (or name parts) where less is better: the error and loss figures a run stores
+LOWER_IS_BETTER = ("rmse", "mae", "loss", "logloss", "ece", "brier", "large_error")
 NONE_KEY = "<none>"  # stands for a missing key value (fold None of a run without folds)
 
 
@@ -61,7 +62,7 @@ class PairedComparison:
 
 def lower_is_better(metric: str) -> bool:
     """Whether smaller values of `metric` are better (rmse, mae, losses)."""
-    name = metric.lower().removeprefix("test_").removeprefix("valid_")
+    name = metric.lower().removeprefix("test_").removeprefix("valid_").split("@")[0]
     return any(
         name == m or name.endswith(f"_{m}") or name.startswith(f"{m}_") for m in LOWER_IS_BETTER
     )
@@ -158,9 +159,8 @@ def paired_comparison(
     p_t = p_w = detectable = math.nan
     if n < 2:
         notes.append(f"{n} pair{'s' if n != 1 else ''}: tests need at least 2")
-    elif np.allclose(d, d[0], rtol=1e-12, atol=1e-15):
-        ci = (mean_diff, mean_diff)
-        notes.append("every pair differs by the same amount: no spread, no t-test")
+    elif np.allclose(d, d[0], rtol=1e-12, atol=1e-15):  # a zero sample spread bounds nothing:
+        notes.append("every pair differs by the same amount: no spread, no interval, no t-test")
     else:
         sem = float(d.std(ddof=1)) / math.sqrt(n)
         half = float(st.t.ppf(0.975, n - 1)) * sem

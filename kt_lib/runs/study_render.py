@@ -60,8 +60,9 @@ def render(study, path: str | Path | None = None) -> str:
             train_s=f"{part['train_seconds'].mean():.0f}",
             device=devices_cell(part["device_name"]),
         )
-        if study.breakdown:
-            row.update(_bucket_means(part, BREAKDOWN)[1])
+        if study.breakdown:  # older rows store no positions: say how many runs each mean is
+            n_pos, means = _bucket_means(part, BREAKDOWN)
+            row.update(means, **{"pos runs": n_pos})
         rows.append(row)
     out = [to_markdown(pd.DataFrame(rows), index=False)]
     if len(shown) > len(metrics):
@@ -74,7 +75,11 @@ def render(study, path: str | Path | None = None) -> str:
     if study.breakdown:
         out.append(
             "`auc posA-B`: per-question test AUC of the steps at positions A-B of the student's "
-            "log (windows of 200: a step after 200 is predicted from its own window)."
+            "log (windows of 200: a step after 200 is predicted from its own window), the mean "
+            "over the `pos runs` runs that store it (rows recorded before the breakdown have "
+            "none). algebra05's files hold records of at most 200 steps, a longer student's log "
+            "cut into several, each read as a student: there a position is one within its "
+            "record, and pos201+ is empty."
         )
         lengths = _by_length(g)
         if lengths is not None:

@@ -80,7 +80,12 @@ def leaderboard(
             table.loc[mixed, "model"] = table.loc[mixed, "model"] + " {" + fields[mixed] + "}"
     metrics = [m for m in metrics if m in table]
     # the same metrics under the other evaluation protocols, side by side (test_auc@per_row/...)
-    metrics += [c for c in table.columns if "@" in c and c.split("@")[0] in metrics]
+    # (not the `@lendistinctq*` bands of older rows: withdrawn, docs/leaderboard.md)
+    metrics += [
+        c
+        for c in table.columns
+        if "@" in c and c.split("@")[0] in metrics and "@lendistinct" not in c
+    ]
     g = table.groupby(["dataset", "model"], sort=False)
     mean, std, count = g[metrics].mean(), g[metrics].std(), g[metrics].count()
     board = pd.DataFrame(index=mean.index)

@@ -4,6 +4,7 @@ protocol (seeded holdout, file folds, pykt folds), after `detect` when the forma
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -19,6 +20,7 @@ from ..synthetic import simulate
 from .detect import (
     _datasets_toml,
     _detect,
+    _glob_split,
     _line_files,
     _toml_format,
     _toml_sizes,
@@ -154,7 +156,8 @@ def _load_lines(d, fold, valid_frac, seed, kw, fmt):
         if notes:
             details.append(f"sizes from {toml.path.name} [{toml.section}]")
     recs = {k: _read_records(f, _LINE_FIELDS[fmt], header) for k, f in files.named().items()}
-    base = _id_base(one_based, list(recs.values()))
+    others = _every_split_file(d, prefix, files.named().values(), fmt, header, one_based)
+    base = _id_base(one_based, [*recs.values(), *others])
     if fold is None:
         full = _line_dataset(recs["train"], base, 0, notes=notes, **kw)
         train, valid = split_students(full, (1 - valid_frac, valid_frac), seed)
@@ -173,6 +176,26 @@ def _load_lines(d, fold, valid_frac, seed, kw, fmt):
     tests = "per-fold test files" if per_fold else "single test file"
     details = [heads, f"{base}-based", tests, *details]
     return _Loaded(train, valid, test, d.name, f"{how}; test = {files.test.name}", details=details)
+
+
+_SPLIT_NAME = re.compile(r"(.+_)?(train|valid|test)\d*\.(csv|txt)")
+
+
+def _every_split_file(d: Path, prefix: str, loaded, fmt: str, header, one_based) -> list:
+    """With an undeclared id base: the records of the folder's other split files (whole train,
+    test, every fold's train/valid/test), so that the id base (0 when any id is 0) is the same
+    under every fold and without one: a 0 in one fold's valid file would otherwise shift every id
+    of the other folds' reads."""
+    if one_based is not None:
+        return []
+    loaded = list(loaded)
+    head = _SPLIT_NAME.fullmatch(loaded[0].name)  # the train file's: its name prefix
+    if head is None:
+        return []
+    same = re.compile(re.escape(head.group(1) or "") + r"(train|valid|test)\d*\.(csv|txt)")
+    found = {h for split in ("train*", "valid*", "test*") for h in _glob_split(d, prefix, split)}
+    found = {h for h in found if same.fullmatch(h.name)}  # the same prefix: not pykt's train_valid
+    return [_read_records(f, _LINE_FIELDS[fmt], header) for f in sorted(found - set(loaded))]
 
 
 def _load_pykt(d, fold, valid_frac, seed, kw):

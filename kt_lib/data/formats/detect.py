@@ -31,6 +31,12 @@ def _glob_split(d: Path, prefix: str, split: str) -> list[Path]:
     return sorted({h for p in _split_patterns(prefix, split) for h in d.glob(p) if h.is_file()})
 
 
+def split_files(d: str | Path, split: str) -> list[Path]:
+    """The files of one split (`train1`, `test`, ...) in folder `d`, under every name and
+    extension a 3/4-line folder may use (what `load_bundle` reads)."""
+    return _glob_split(Path(d), "*", split)
+
+
 def _find_split(d: Path, splits: Sequence[str], prefix: str, fold: int | None = None) -> Path:
     """The one file of the first split name (e.g. `test3`, then `test`) that `d` holds."""
     for split in splits:

@@ -84,7 +84,13 @@ def read_pykt(
         for c in _PYKT_INTS
         if c in toks
     }
-    # pykt pads chunked sequences with -1 (and selectmask -1): padding, not data.
+    # pykt pads chunked sequences with -1 (and selectmask -1): padding, not data. Padding has no
+    # answer either: a -1 concept beside a real response would drop an interaction unseen.
+    where.first(
+        (v["concepts"] == -1) & (v["responses"] != -1),
+        v["responses"],
+        "concept -1 (pykt's padding) with response {v}: an interaction without its concept",
+    )
     keep = v["concepts"] != -1
     if "selectmasks" in v:
         keep &= v["selectmasks"] != -1
