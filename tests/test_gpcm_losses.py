@@ -60,6 +60,33 @@ def test_gpcm_head_keeps_thresholds_ordered_and_alpha_positive():
         GPCMHead(3, 1)
 
 
+def test_free_thresholds_start_where_ordered_ones_do_and_fit_a_disordered_item():
+    """`ordered=False`: the same starting thresholds; an item whose middle category is rare
+    (thresholds out of order, as OULAD's narrow 60-69 band makes them) is recovered by the free
+    head, while the ordered head cannot leave the log-concave distributions."""
+    free, ordered = GPCMHead(1, 4, ordered=False), GPCMHead(1, 4)
+    assert torch.allclose(free.item_parameters()[1], ordered.item_parameters()[1])
+    g = torch.Generator().manual_seed(0)
+    theta = torch.randn(4000, generator=g)
+    truth = torch.tensor([[-1.0, 1.0, 0.0]])  # beta_1 > beta_2: category 2 is rare
+    y = torch.multinomial(gpcm_logits(theta, torch.ones(()), truth).softmax(-1), 1, generator=g)
+    fitted = {}
+    for name, head in (("free", free), ("ordered", ordered)):
+        opt = torch.optim.LBFGS(head.parameters(), max_iter=60, line_search_fn="strong_wolfe")
+
+        def nll(head=head, opt=opt):
+            opt.zero_grad()
+            loss = F.cross_entropy(head(theta, torch.zeros_like(y[:, 0])).logits, y[:, 0])
+            loss.backward()
+            return loss
+
+        opt.step(nll)
+        fitted[name] = (float(nll().detach()), head.item_parameters()[1][0].detach())
+    assert torch.allclose(fitted["free"][1], truth[0], atol=0.2)  # recovered, out of order
+    assert (fitted["ordered"][1].diff() > 0).all()
+    assert fitted["free"][0] < fitted["ordered"][0] - 0.005  # and a better fit
+
+
 def test_ordinal_losses_prefer_near_misses():
     target = torch.tensor([3])
     near, far = torch.tensor([[0.0, 0, 9, 0]]), torch.tensor([[9.0, 0, 0, 0]])
@@ -131,3 +158,14 @@ def test_ordinal_metrics_edge_cases_and_binary():
     mb = ordinal_metrics(yb, pb)
     assert mb["auc"] == pytest.approx(roc_auc_score(yb, pb[:, 1]))
     assert mb["acc"] == pytest.approx(0.6) and {"rmse", "logloss"} <= set(mb)
+
+
+@pytest.mark.parametrize(
+    "name", ["dkt_gpcm", "attention_gpcm", "modular_attention_gpcm", "gpcm_irt"]
+)
+def test_every_gpcm_model_takes_free_thresholds(name):
+    from kt_lib.models import build_model
+
+    assert build_model(name, preset="tiny", num_c=5, K=4).gpcm.ordered
+    model = build_model(name, preset="tiny", num_c=5, K=4, ordered_thresholds=False)
+    assert not model.gpcm.ordered

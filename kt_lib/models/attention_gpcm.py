@@ -69,6 +69,7 @@ class GPCMConfig(BaseConfig):
     """AttentionGPCM sizes (paper: the published AttentionGPCM's embed 64, 4 heads, 2 cycles)."""
 
     K: int = 4  # response categories (2: binary data, the GPCM layer is then a 2PL)
+    ordered_thresholds: bool = True  # False: free GPCM step thresholds (see kt_lib.heads.gpcm)
     d: int = 64  # model dim of the embeddings and attention
     n_heads: int = 4  # attention heads
     n_layers: int = 1  # causal refinement layers (modular: stacked pipelines)
@@ -222,7 +223,7 @@ class GPCMModel(KTModel):
             nn.Linear((3 if c.memory else 2) * c.d, c.d_summary), nn.Tanh(), Dropout(c.dropout)
         )
         self.ability = nn.Linear(c.d_summary, 1)
-        self.gpcm = GPCMHead(c.num_c, c.K)
+        self.gpcm = GPCMHead(c.num_c, c.K, ordered=c.ordered_thresholds)
         self.loss_parts = parse_loss(c.loss)
         self._last_inputs: Batch | None = None  # what get_attention_weights() reads
 

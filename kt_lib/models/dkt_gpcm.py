@@ -29,6 +29,7 @@ class DKTGPCMConfig(DKTConfig):
     """DKT's sizes; K categories (2: binary data)."""
 
     K: int = 4  # response categories
+    ordered_thresholds: bool = True  # False: free GPCM step thresholds (see kt_lib.heads.gpcm)
 
     BINARY = False
 
@@ -45,7 +46,7 @@ class DKTGPCM(DKT):
         c = config
         self.out = nn.Linear(2 * c.d, 1)  # theta from [h_t, c(q_t)]
         self.skill = nn.Embedding(c.num_c, c.d)
-        self.gpcm = GPCMHead(c.num_c, c.K)
+        self.gpcm = GPCMHead(c.num_c, c.K, ordered=c.ordered_thresholds)
 
     def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
         x = self.emb(interaction_token(batch.q, batch.r, self.config.num_c))  # [B, L, D]

@@ -28,6 +28,7 @@ class GPCMIRTConfig(BaseConfig):
     """Nothing to size: one ability and each item's parameters."""
 
     K: int = 4  # response categories
+    ordered_thresholds: bool = True  # False: free GPCM step thresholds (see kt_lib.heads.gpcm)
 
     PRESETS = {"tiny": {}, "paper": {}}
 
@@ -46,7 +47,8 @@ class GPCMIRT(KTModel):
         c = config
         self.by_problem = c.num_pid > 0
         self.theta = nn.Parameter(torch.zeros(()))
-        self.gpcm = GPCMHead(c.num_pid if self.by_problem else c.num_c, c.K)
+        items = c.num_pid if self.by_problem else c.num_c
+        self.gpcm = GPCMHead(items, c.K, ordered=c.ordered_thresholds)
         with torch.no_grad():  # items start apart (the shared init makes them all alike)
             self.gpcm.first.weight.add_(0.1 * torch.randn_like(self.gpcm.first.weight))
 
