@@ -111,6 +111,12 @@ _LEADERBOARD_BASELINES = tuple(
     _AT_OWN_RATE.get(m, m) for m in SKILL_BASELINES if m not in _DIAGNOSTICS
 )
 # seed 002's plug-in mechanisms one at a time (ModularAttentionGPCM with a single mechanism)
+# free GPCM thresholds (docs/models.md, "Ordered or free thresholds"): each paired with its
+# ordered self on the same folds
+_FREE_THRESHOLDS = {
+    f"{m}_free": {"model": m, "ordered_thresholds": False}
+    for m in ("dkt_gpcm", "attention_gpcm", "gpcm_irt")
+}
 _MECHANISMS_ALONE = {
     f"only_{m}": {"model": "modular_attention_gpcm", "mechanisms": [m]}
     for m in (
@@ -245,13 +251,15 @@ DECLARED = {
                 ),
                 Part((("oulad_k2", "pykt"),), ("dkt", "akt")),
                 Part((("oulad_k5", "pykt"), ("oulad_k4", "pykt")), tuple(_MECHANISMS_ALONE)),
+                Part((("oulad_k5", "pykt"), ("oulad_k4", "pykt")), tuple(_FREE_THRESHOLDS)),
             ),
-            variants=_MECHANISMS_ALONE,
+            variants={**_MECHANISMS_ALONE, **_FREE_THRESHOLDS},
             pairs=(
                 ("modular_attention_gpcm", "attention_gpcm"),
                 ("attention_gpcm", "dkt_gpcm"),
                 ("dkt_gpcm", "gpcm_irt"),
                 *((m, "attention_gpcm") for m in _MECHANISMS_ALONE),
+                *((m, spec["model"]) for m, spec in _FREE_THRESHOLDS.items()),
             ),
             folds=5,
             prepare={
