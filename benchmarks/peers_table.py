@@ -7,8 +7,9 @@ Per model (a later file's row replaces an earlier one's): parameters ours / pyKT
 medians, the ratio of the medians and (in brackets) the median of the per-round ratios, the
 same for inference, and each side's peak RSS measured alone. The per-round ratio times both
 sides back to back in each round, so it is the figure to read when the machine's load moved
-during the run; rows whose two ratios disagree by more than 0.1 are marked `~`. Skipped rows
-say why. Nothing is measured here.
+during the run; a ratio whose two forms disagree by more than 0.1 is marked `~`. Skipped rows
+say why. Nothing is measured here; only files of the alternated-rounds script (2026-11-28 on)
+are read.
 """
 
 from __future__ import annotations
@@ -17,12 +18,25 @@ import argparse
 import json
 from pathlib import Path
 
+NEEDED = ("model", "pykt_model", "ours", "theirs", "ours_over_theirs", "ours_over_theirs_per_round")
+
 
 def rows(paths: list[str]) -> dict[str, dict]:
-    """Model name -> its row; a model in a later file replaces its row from an earlier one."""
+    """Model name -> its row; a model in a later file replaces its row from an earlier one.
+    Files of the alternated-rounds format only (2026-11-28 on): an older file, without the
+    per-round ratios, is refused naming the file, the model and what it lacks."""
     out: dict[str, dict] = {}
     for path in paths:
-        for row in json.loads(Path(path).read_text()):
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise ValueError(f"{path}: not a list of bench_peers.py rows")
+        for row in data:
+            need = NEEDED[:2] if "skipped" in row else NEEDED
+            if missing := [k for k in need if k not in row]:
+                raise ValueError(
+                    f"{path}: model {row.get('model', '?')} lacks {missing} (a file of the "
+                    "alternated-rounds bench_peers.py is needed)"
+                )
             out[row["model"]] = {**row, "_file": Path(path).name}
     return out
 
@@ -33,14 +47,18 @@ def line(row: dict) -> str:
         return f"| {name} | - | - | skipped: {row['skipped']} | - | - | - |"
     o, t = row["ours"], row["theirs"]
     med, per = row["ours_over_theirs"], row["ours_over_theirs_per_round"]
-    step = f"{med['train_step']:.2f} ({per['train_step']:.2f})"
-    infer = f"{med['inference']:.2f} ({per['inference']:.2f})"
-    noisy = abs(med["train_step"] - per["train_step"]) > 0.1
+    step, infer = (_ratios(med, per, k) for k in ("train_step", "inference"))
     return (
         f"| {name} | {o['params']:,} / {t['params']:,} | "
-        f"{o['train_step_s']:.2f} / {t['train_step_s']:.2f} s | {step}{' ~' if noisy else ''} | "
-        f"{infer} | {o['peak_rss_mb']:,.0f} / {t['peak_rss_mb']:,.0f} MB | {row['_file']} |"
+        f"{o['train_step_s']:.2f} / {t['train_step_s']:.2f} s | {step} | {infer} | "
+        f"{o['peak_rss_mb']:,.0f} / {t['peak_rss_mb']:,.0f} MB | {row['_file']} |"
     )
+
+
+def _ratios(med: dict, per: dict, key: str) -> str:
+    """ "ratio of medians (median of round ratios)", `~` when the two differ by more than 0.1."""
+    noisy = abs(med[key] - per[key]) > 0.1
+    return f"{med[key]:.2f} ({per[key]:.2f}){' ~' if noisy else ''}"
 
 
 def table(paths: list[str]) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
+
 from kt_lib.provenance import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -33,3 +35,18 @@ def test_a_later_file_replaces_a_model_and_noisy_ratios_are_marked(tmp_path):
     dkt = next(x for x in lines if x.startswith("| dkt"))
     assert "1.14 (0.99) ~" in dkt and "1,234 / 1,234 MB" in dkt  # the two ratios disagree
     assert "skipped: pyKT has no CL4KT" in next(x for x in lines if x.startswith("| cl4kt"))
+
+
+def test_noisy_inference_is_marked_and_old_files_are_refused_by_name(tmp_path):
+    row = _row("saint", 0.6, 0.63)
+    row["ours_over_theirs"]["inference"] = 1.33  # per round: 0.6
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps([row]))
+    assert "| 1.33 (0.60) ~ |" in peers_table.table([str(new)])
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps([{"model": "dkt", "pykt_model": "dkt", "ours": {}, "theirs": {},
+                                "ours_over_theirs": {}}]))  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"old.json: model dkt lacks \['ours_over_theirs_per_round'\]"
+    ):
+        peers_table.table([str(old)])

@@ -10,6 +10,7 @@ import pytest
 from kt_lib.provenance import ROOT
 from kt_lib.runs.plan import (
     PROFILE_DEFAULTS,
+    RUN_DEFAULTS,
     fold_plan,
     profile_plan,
     run_key,
@@ -182,12 +183,15 @@ def _notebook_10_cells() -> list[str]:
 
 @pytest.mark.parametrize(
     "given, named",
-    [({"models": ["dkt"]}, "'models'"), ({"seeds": [0, 1, 2]}, "'seeds'"),
-     ({"resume_file": "runs/x.json"}, "'resume_file'")],
+    [({"models": ["dkt"]}, "'models'"), ({"folds": 5}, "'folds'"),
+     ({"resume_file": "runs/x.json"}, "'resume_file'"), ({"workers": 2}, "'workers'"),
+     ({"seeds": [0, 1, 2], "ordinal_models": []}, "'seeds'")],
 )  # fmt: skip
 def test_notebook_10_refuses_plan_parameters_it_would_ignore_with_results(given, named):
-    """With `results_file` set the notebook shows stored runs and trains nothing: a plan
-    parameter given a value of its own (or a resume file) is refused by name, not ignored."""
+    """With `results_file` set the notebook shows stored runs and trains no binary plan: a
+    parameter only that plan (or its execution) reads, given a value of its own, is refused by
+    name, not ignored; seeds, preset, the simulator's sizes and max_len are refused only when
+    no ordinal model is trained (the ordinal section reads them)."""
     imports, params, run = _notebook_10_cells()[:3]
     ns: dict = {}
     exec(imports, ns)
@@ -199,18 +203,33 @@ def test_notebook_10_refuses_plan_parameters_it_would_ignore_with_results(given,
 
 
 def test_notebook_10_loads_the_store_when_the_plan_is_left_at_its_defaults():
+    """...and accepts what its ordinal section reads (seeds, preset, simulator sizes)."""
     imports, params, run = _notebook_10_cells()[:3]
     ns: dict = {}
     exec(imports, ns)
     exec(params, ns)
+    ns.update(seeds=[0, 1, 2], num_c=12, preset="default")
     exec(run, ns)
     assert len(ns["runs"]) > 0 and set(ns["runs"]["device_name"]) == {ns["device_name"]}
 
 
-def test_unused_with_results_names_only_changed_plan_parameters():
-    assert unused_with_results(dict(PROFILE_DEFAULTS)) == []
+def test_unused_with_results_names_only_changed_parameters_nothing_reads():
+    assert unused_with_results({**PROFILE_DEFAULTS, **RUN_DEFAULTS}, ordinal=True) == []
     given = {**PROFILE_DEFAULTS, "folds": 5, "epochs": 30, "datasets": [["d", "line3"]]}
-    assert unused_with_results(given) == ["datasets", "folds"]  # epochs: not a plan parameter
+    assert unused_with_results(given, ordinal=True) == ["datasets", "folds"]  # epochs: read
+    given = {**PROFILE_DEFAULTS, "seeds": [3], "executor": "ray"}
+    assert unused_with_results(given, ordinal=True) == ["executor"]
+    assert unused_with_results(given, ordinal=False) == ["seeds", "executor"]
+
+
+def test_run_defaults_are_notebook_10s():
+    nb = json.loads((ROOT / "notebooks" / "10_compare_models.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    declared = {}
+    for node in ast.parse("".join(cell["source"])).body:
+        if isinstance(node, ast.AnnAssign):
+            declared[node.target.id] = ast.literal_eval(node.value)
+    assert {k: declared[k] for k in RUN_DEFAULTS} == RUN_DEFAULTS
 
 
 def test_fold_plan_finds_txt_fold_files_as_load_bundle_reads_them(tmp_path):

@@ -353,6 +353,20 @@ def test_retire_moves_rows_a_fix_made_wrong_and_the_study_plans_them_again(tmp_p
     studies.retire(study, ["dkt"], None, "bank fix", "2026-11-28T12:00", **kw)
     assert len(json.loads(into.read_text())["results"]) == 1
 
+    # a date without a zone is UTC; a row without a date cannot be compared with --before; a
+    # row without a run key is planned by nothing and never selected
+    naive = {**rows[0], "date": "2026-11-27T05:00:00"}
+    unkeyed = {k: v for k, v in rows[1].items() if k != "run_key"}
+    own.write_text(json.dumps({"args": {}, "protocol": "", "results": [naive, unkeyed]}))
+    assert studies.retire(study, ["dkt"], None, "w", "2026-11-28T12:00", dry_run=True, **kw) == [
+        naive
+    ]
+    dateless = {k: v for k, v in rows[0].items() if k != "date"}
+    own.write_text(json.dumps({"args": {}, "protocol": "", "results": [dateless]}))
+    with pytest.raises(ValueError, match=f"{rows[0]['run_key']}: the row has no date"):
+        studies.retire(study, ["dkt"], None, "w", "2026-11-28T12:00", **kw)
+    assert studies.retire(study, ["dkt"], None, "w", None, dry_run=True, **kw) == [dateless]
+
     for args, message in [
         ((["dkt"], None, "  ", None), "--reason"),
         ((None, None, "why", None), "never takes a whole study"),

@@ -110,13 +110,13 @@ _AT_OWN_RATE = {"extrakt": "extrakt_lr1e-4", "robustkt": "robustkt_lr1e-4"}
 _LEADERBOARD_BASELINES = tuple(
     _AT_OWN_RATE.get(m, m) for m in SKILL_BASELINES if m not in _DIAGNOSTICS
 )
-# seed 002's plug-in mechanisms one at a time (ModularAttentionGPCM with a single mechanism)
 # free GPCM thresholds (docs/models.md, "Ordered or free thresholds"): each paired with its
 # ordered self on the same folds
 _FREE_THRESHOLDS = {
     f"{m}_free": {"model": m, "ordered_thresholds": False}
     for m in ("dkt_gpcm", "attention_gpcm", "gpcm_irt")
 }
+# seed 002's plug-in mechanisms one at a time (ModularAttentionGPCM with a single mechanism)
 _MECHANISMS_ALONE = {
     f"only_{m}": {"model": "modular_attention_gpcm", "mechanisms": [m]}
     for m in (

@@ -205,8 +205,19 @@ def profile_plan(params: Mapping) -> LeaderboardPlan:
     )
 
 
-def unused_with_results(params: Mapping) -> list[str]:
-    """The plan parameters in `params` (notebook 10's names) whose values differ from
-    `PROFILE_DEFAULTS`: a notebook that shows stored runs (its `results_file` set) trains no
-    plan, so these would be accepted and ignored; the notebook refuses them by name."""
-    return [k for k, v in params.items() if k in PROFILE_DEFAULTS and v != PROFILE_DEFAULTS[k]]
+# notebook 10's execution parameters (its parameter cell's values): used by a trained plan only
+RUN_DEFAULTS = {"resume_file": None, "workers": 1, "executor": "process", "ray_address": None}
+# plan parameters that notebook 10's ordinal section reads too (the simulator's size, seeds,
+# preset and window), used even when the binary runs come from a results file
+ORDINAL_READS = ("seeds", "preset", "num_students", "seq_len", "num_c", "max_len")
+
+
+def unused_with_results(params: Mapping, ordinal: bool) -> list[str]:
+    """The parameters in `params` (notebook 10's names) that differ from their defaults
+    (`PROFILE_DEFAULTS`, `RUN_DEFAULTS`) and that nothing reads when the notebook shows stored
+    runs (its `results_file` set): the plan's and the execution's, except those its ordinal
+    section reads when `ordinal` (it trains ordinal models). The notebook refuses them by name
+    rather than accept and ignore them."""
+    defaults = {**PROFILE_DEFAULTS, **RUN_DEFAULTS}
+    kept = ORDINAL_READS if ordinal else ()
+    return [k for k, v in params.items() if k in defaults and k not in kept and v != defaults[k]]

@@ -130,29 +130,40 @@ def retire(
     if not models and not datasets:
         raise ValueError("name --models and/or --datasets: retire never takes a whole study")
     study.only(models, datasets)  # a name the study lacks is refused, not matched by nothing
-    cut = None if before is None else datetime.fromisoformat(before)
-    if cut is not None and cut.tzinfo is None:
-        cut = cut.replace(tzinfo=UTC)
+    cut = None if before is None else _utc(before)
 
     def select(r: dict) -> bool:
-        return (
-            not r.get("error")
-            and (not models or r.get("model") in models)
-            and (not datasets or r.get("dataset") in datasets)
-            and (cut is None or datetime.fromisoformat(r["date"]) < cut)
-        )
+        if r.get("error") or not r.get("run_key"):  # an unkeyed row is planned by nothing
+            return False
+        if (models and r.get("model") not in models) or (
+            datasets and r.get("dataset") not in datasets
+        ):
+            return False
+        if cut is None:
+            return True
+        if not r.get("date"):
+            raise ValueError(f"{r['run_key']}: the row has no date to compare with --before")
+        return _utc(r["date"]) < cut
 
     path = Path(path or study.path)
+    chosen = [r for r in read_runs(path) if select(r)]
     if dry_run:
-        return [r for r in read_runs(path) if select(r)]
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    note = {"reason": reason, "on": now, "commit": git_commit()}
-    moved = retire_runs(path, into or study.retired_path, select, note)
-    for r in moved:  # no epoch checkpoint of the old code for the rerun to resume from
+        return chosen
+    # the checkpoints first (repeatable): a cut after the rows moved must not leave an epoch
+    # checkpoint of the old code for the rerun to resume from
+    for r in chosen:
         name = checkpoint_name(r["run_key"])
         remove_checkpoint(Path(checkpoints) / study.name / name)
         drop(study.name, name, parked_root)
-    return moved
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    note = {"reason": reason, "on": now, "commit": git_commit()}
+    return retire_runs(path, into or study.retired_path, select, note)
+
+
+def _utc(when: str) -> datetime:
+    """An ISO time as an aware datetime (a time without a zone is UTC)."""
+    t = datetime.fromisoformat(when)
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def _add_argument(parser: argparse.ArgumentParser) -> None:
@@ -253,10 +264,13 @@ def main(argv: list[str] | None = None) -> None:
         for r in moved:
             print(
                 f"{'would retire' if a.dry_run else 'retired'} {r['dataset']} {r['model']} "
-                f"fold={r.get('fold')} seed={r.get('seed')} {r['date']} {r.get('device_name')}"
+                f"fold={r.get('fold')} seed={r.get('seed')} {r.get('date')} {r.get('device_name')}"
             )
-        where = "" if a.dry_run else f" -> results/retired/{study.name}.json: commit both files"
-        print(f"{len(moved)} row(s){where}")
+        where = (
+            f" -> results/retired/{study.name}.json: commit it, the study's file and "
+            f"results/inflight/{study.name}/ (parked pairs of these runs removed)"
+        )
+        print(f"{len(moved)} row(s){where if moved and not a.dry_run else ''}")
         return
     if getattr(a, "add", None):
         if not a.out or Path(a.out).resolve() == study.path.resolve():

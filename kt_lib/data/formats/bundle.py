@@ -3,6 +3,7 @@ protocol (seeded holdout, file folds, pykt folds), after `detect` when the forma
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Sequence
@@ -156,8 +157,13 @@ def _load_lines(d, fold, valid_frac, seed, kw, fmt):
         if notes:
             details.append(f"sizes from {toml.path.name} [{toml.section}]")
     recs = {k: _read_records(f, _LINE_FIELDS[fmt], header) for k, f in files.named().items()}
-    others = _every_split_file(d, prefix, files.named().values(), fmt, header, one_based)
-    base = _id_base(one_based, [*recs.values(), *others])
+    base = _id_base(one_based, list(recs.values()))
+    if (
+        base == 1
+        and one_based is None
+        and _zero_elsewhere(d, prefix, files.named().values(), fmt, header)
+    ):
+        base = 0
     if fold is None:
         full = _line_dataset(recs["train"], base, 0, notes=notes, **kw)
         train, valid = split_students(full, (1 - valid_frac, valid_frac), seed)
@@ -181,21 +187,27 @@ def _load_lines(d, fold, valid_frac, seed, kw, fmt):
 _SPLIT_NAME = re.compile(r"(.+_)?(train|valid|test)\d*\.(csv|txt)")
 
 
-def _every_split_file(d: Path, prefix: str, loaded, fmt: str, header, one_based) -> list:
-    """With an undeclared id base: the records of the folder's other split files (whole train,
-    test, every fold's train/valid/test), so that the id base (0 when any id is 0) is the same
-    under every fold and without one: a 0 in one fold's valid file would otherwise shift every id
-    of the other folds' reads."""
-    if one_based is not None:
-        return []
+def _zero_elsewhere(d: Path, prefix: str, loaded, fmt: str, header) -> bool:
+    """Whether an id of the folder's other split files (whole train, test, every fold's
+    train/valid/test) is 0, so that the id base (0 when any id is 0) is the same under every
+    fold and without one: a 0 in one fold's valid file would otherwise shift every id of the
+    other folds' reads. Each file is read once per process (cached by path, size and mtime)."""
     loaded = list(loaded)
     head = _SPLIT_NAME.fullmatch(loaded[0].name)  # the train file's: its name prefix
     if head is None:
-        return []
+        return False
     same = re.compile(re.escape(head.group(1) or "") + r"(train|valid|test)\d*\.(csv|txt)")
     found = {h for split in ("train*", "valid*", "test*") for h in _glob_split(d, prefix, split)}
     found = {h for h in found if same.fullmatch(h.name)}  # the same prefix: not pykt's train_valid
-    return [_read_records(f, _LINE_FIELDS[fmt], header) for f in sorted(found - set(loaded))]
+    return any(
+        _has_zero_id(str(f), f.stat().st_size, f.stat().st_mtime_ns, fmt, header)
+        for f in sorted(found - set(loaded))
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _has_zero_id(path: str, size: int, mtime_ns: int, fmt: str, header) -> bool:
+    return _read_records(Path(path), _LINE_FIELDS[fmt], header).has_zero_id()
 
 
 def _load_pykt(d, fold, valid_frac, seed, kw):
