@@ -8,7 +8,7 @@ medians, the ratio of the medians and (in brackets) the median of the per-round 
 same for inference, and each side's peak RSS measured alone. The per-round ratio times both
 sides back to back in each round, so it is the figure to read when the machine's load moved
 during the run; a ratio whose two forms disagree by more than 0.1 is marked `~`. Skipped rows
-say why. Nothing is measured here; only files of the alternated-rounds script (2026-11-28 on)
+say why, failed ones their error. Nothing is measured here; only files of the alternated-rounds script (2026-11-28 on)
 are read.
 """
 
@@ -31,7 +31,7 @@ def rows(paths: list[str]) -> dict[str, dict]:
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
             raise ValueError(f"{path}: not a list of bench_peers.py rows")
         for row in data:
-            need = NEEDED[:2] if "skipped" in row else NEEDED
+            need = NEEDED[:1] if "error" in row else NEEDED[:2] if "skipped" in row else NEEDED
             if missing := [k for k in need if k not in row]:
                 raise ValueError(
                     f"{path}: model {row.get('model', '?')} lacks {missing} (a file of the "
@@ -42,7 +42,9 @@ def rows(paths: list[str]) -> dict[str, dict]:
 
 
 def line(row: dict) -> str:
-    name = f"{row['model']} ({row['pykt_model']})"
+    name = f"{row['model']} ({row.get('pykt_model', '?')})"
+    if "error" in row:  # the model's subprocess failed or was stopped
+        return f"| {name} | - | - | error: {row['error']} | - | - | {row['_file']} |"
     if "skipped" in row:
         return f"| {name} | - | - | skipped: {row['skipped']} | - | - | - |"
     o, t = row["ours"], row["theirs"]

@@ -26,10 +26,12 @@ def _row(model: str, step: float, per_round: float, ours_params: int = 10) -> di
 def test_a_later_file_replaces_a_model_and_noisy_ratios_are_marked(tmp_path):
     old, new = tmp_path / "old.json", tmp_path / "new.json"
     skipped = {"model": "cl4kt", "pykt_model": "cl4kt", "skipped": "pyKT has no CL4KT"}
-    old.write_text(json.dumps([_row("akt", 0.9, 0.9), _row("dkt", 1.14, 0.99), skipped]))
+    failed = {"model": "robustkt", "error": "killed by signal 15"}
+    old.write_text(json.dumps([_row("akt", 0.9, 0.9), _row("dkt", 1.14, 0.99), skipped, failed]))
     new.write_text(json.dumps([_row("akt", 0.55, 0.54, ours_params=2_066_201)]))
     lines = peers_table.table([str(old), str(new)]).splitlines()
-    assert len(lines) == 2 + 3  # header, rule, one row per model
+    assert len(lines) == 2 + 4  # header, rule, one row per model
+    assert "| robustkt (?) | - | - | error: killed by signal 15 |" in lines[-1]
     akt = next(x for x in lines if x.startswith("| akt"))
     assert "2,066,201 / 20" in akt and "| 0.55 (0.54) |" in akt and "new.json" in akt
     dkt = next(x for x in lines if x.startswith("| dkt"))
