@@ -8,8 +8,8 @@ medians, the ratio of the medians and (in brackets) the median of the per-round 
 same for inference, and each side's peak RSS measured alone. The per-round ratio times both
 sides back to back in each round, so it is the figure to read when the machine's load moved
 during the run; a ratio whose two forms disagree by more than 0.1 is marked `~`. Skipped rows
-say why, failed ones their error. Nothing is measured here; only files of the alternated-rounds script (2026-11-28 on)
-are read.
+say why, failed ones their error. Nothing is measured here; only files of the alternated-rounds
+script (2026-11-28 on) are read.
 """
 
 from __future__ import annotations
