@@ -184,3 +184,13 @@ def test_position_columns_say_how_many_runs_they_average(tmp_path):
     cells = dict(zip(header.split("|"), row.split("|"), strict=True))
     assert cells[" runs "].strip() == "5" and cells[" pos runs "].strip() == "2"
     assert cells[" auc pos1-10 "].strip() == "0.6000"
+
+
+def test_published_figures_name_their_source():
+    """The pyKT team's later figures (simpleKT, sparseKT, ...) were labelled "DKVMN paper"."""
+    from kt_lib.runs.study_render import published_figures
+
+    assert published_figures("assist2015", "simplekt") == "0.7248 (pyKT, later)"
+    assert published_figures("assist2015", "dkt") == "0.7252 (DKVMN paper); 0.7271 (pyKT)"
+    assert published_figures("assist2009", "dkvmn") == "0.8157 (DKVMN paper)"
+    assert published_figures("assist2015", "nope") == "-"
