@@ -139,7 +139,8 @@ def retire_runs(
     path, retired = Path(path), Path(retired)
     with locked(path), locked(retired):
         rows = read_runs(path)
-        moved = [r for r in rows if select(r)]
+        chosen = [select(r) for r in rows]
+        moved = [r for r, c in zip(rows, chosen, strict=True) if c]
         if not moved:
             return []
         # one row per (key, date): a run retired again after a cut is not doubled, two runs
@@ -148,6 +149,6 @@ def retire_runs(
         old.update({(r.get("run_key"), r.get("date")): {**r, "retired": note} for r in moved})
         save_json(retired, {"args": {"kind": "retired"}, "protocol": "",
                             "results": list(old.values())})  # fmt: skip
-        left = [r for r in rows if not select(r)]
+        left = [r for r, c in zip(rows, chosen, strict=True) if not c]
         save_json(path, {"args": {"kind": "leaderboard"}, "protocol": "", "results": left})
     return moved

@@ -35,6 +35,7 @@ from .execute import ExecConfig
 from .experiment import at_least_one
 from .leaderboard import checkpoint_name, run_plan
 from .parking import PARKED, drop, in_flight, park, parked, price_in_flight, unpark
+from .record import now
 from .results import finished_runs, read_runs, retire_runs
 from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study  # noqa: F401
 from .study_render import render, render_summary, write_blocks
@@ -155,8 +156,7 @@ def retire(
         name = checkpoint_name(r["run_key"])
         remove_checkpoint(Path(checkpoints) / study.name / name)
         drop(study.name, name, parked_root)
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    note = {"reason": reason, "on": now, "commit": git_commit()}
+    note = {"reason": reason, "on": now(), "commit": git_commit()}
     return retire_runs(path, into or study.retired_path, select, note)
 
 

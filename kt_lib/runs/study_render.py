@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..fileio import atomic_write_text
-from ..published import DKVMN_PAPER, PUBLISHED, PYKT_LATER, PYKT_PAPER
+from ..published import PUBLISHED, PYKT_LATER, PYKT_PAPER, SHORT
 from .results import load_results, read_runs
 from .stats import compare_pairs, pairs_markdown
 from .tables import devices_cell, mean_std, mixes_devices, to_markdown
@@ -215,7 +215,7 @@ LENGTHS = ("lenq1", "lenq2", "lenq3", "lenq4")  # quarters of the test students 
 
 def published_figures(dataset: str, model: str) -> str:
     """The published test AUCs of (dataset, model), each with its source's short name."""
-    names = {PYKT_PAPER: "pyKT", PYKT_LATER: "pyKT, later", DKVMN_PAPER: "DKVMN paper"}
+    names = {**SHORT, PYKT_LATER: "pyKT, later"}  # SHORT groups both pyKT sources
     found = [
         f"{p.auc:.4f} ({names[p.source]})"
         for p in PUBLISHED

@@ -199,10 +199,8 @@ def _zero_elsewhere(d: Path, prefix: str, loaded, fmt: str, header) -> bool:
     same = re.compile(re.escape(head.group(1) or "") + r"(train|valid|test)\d*\.(csv|txt)")
     found = {h for split in ("train*", "valid*", "test*") for h in _glob_split(d, prefix, split)}
     found = {h for h in found if same.fullmatch(h.name)}  # the same prefix: not pykt's train_valid
-    return any(
-        _has_zero_id(str(f), f.stat().st_size, f.stat().st_mtime_ns, fmt, header)
-        for f in sorted(found - set(loaded))
-    )
+    stats = ((f, f.stat()) for f in sorted(found - set(loaded)))
+    return any(_has_zero_id(str(f), s.st_size, s.st_mtime_ns, fmt, header) for f, s in stats)
 
 
 @functools.lru_cache(maxsize=256)
