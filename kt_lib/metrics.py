@@ -60,12 +60,13 @@ def ordinal_metrics(
     qwk (quadratic weighted kappa), acc (exact match: what seed 002 calls "ordinal accuracy"),
     adjacent_acc (within one category, |pred - true| <= 1; formerly ordinal_acc), mae,
     near_miss (|pred - true| = 1), large_error (|pred - true| > `large_error`, seed 002's > 2),
-    f1_k per category and macro_f1, spearman (rank correlation of the expected category
+    f1_k per category and macro_f1 (over the categories observed or predicted; an absent one's
+    f1_k is NaN), spearman (rank correlation of the expected category
     sum_k k P(Y = k) with the true one); with K > 2 the AUC of each threshold, auc_ge{k} =
     AUC of P(Y >= k) for y >= k, k = 1..K-1 (auc_ge1: pass/fail where category 0 fails); with
-    K = 2 the binary metrics of P(Y = 1) (auc, rmse, logloss), so a binary run of an ordinal
-    model sits beside the binary models. A figure undefined on the data (one class, a constant
-    prediction) is NaN.
+    K = 2 the binary metrics of P(Y = 1) (auc, rmse, logloss; auc_ge1 = auc), so a binary run of
+    an ordinal model sits beside the binary models. A figure undefined on the data (one class, a
+    constant prediction) is NaN.
     """
     y_true = np.asarray(y_true).astype(int)
     prob = np.asarray(prob, dtype=np.float64)
@@ -82,6 +83,9 @@ def ordinal_metrics(
     else:  # one category everywhere: kappa is 0/0
         qwk = float("nan")
     f1 = f1_score(y_true, pred, labels=labels, average=None, zero_division=0)
+    # A category neither observed nor predicted has no F1 (0/0): NaN, and out of the macro mean
+    # (zero_division=0 would count it as a failure the model could not have avoided).
+    f1[~np.isin(labels, np.union1d(y_true, pred))] = np.nan
     out = {
         "qwk": qwk,
         "acc": float(accuracy_score(y_true, pred)),
@@ -90,7 +94,7 @@ def ordinal_metrics(
         "near_miss": float(np.mean(err == 1)),
         "large_error": float(np.mean(err > large_error)),
         **{f"f1_{k}": float(f1[k]) for k in range(K)},
-        "macro_f1": float(f1.mean()),
+        "macro_f1": float(np.nanmean(f1)) if len(y_true) else float("nan"),
     }
     expected = prob @ np.arange(K)
     constant = len(np.unique(y_true)) < 2 or np.ptp(expected) == 0
@@ -104,5 +108,6 @@ def ordinal_metrics(
     if K == 2:
         binary = binary_metrics(y_true, prob[:, 1])
         out.update(auc=binary["auc"], rmse=binary["rmse"], logloss=binary["logloss"])
+        out["auc_ge1"] = binary["auc"]  # the pass/fail AUC, named as at K > 2 for the tables
     out["n"] = int(len(y_true))
     return out

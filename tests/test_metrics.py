@@ -33,7 +33,8 @@ def test_undefined_figures_are_nan_not_errors():
     m = ordinal_metrics(y, prob)
     assert np.isnan(m["spearman"]) and all(np.isnan(m[f"auc_ge{k}"]) for k in (1, 2, 3))
     two = ordinal_metrics(np.array([0, 1, 0, 1]), np.eye(2)[[0, 1, 1, 1]])
-    assert "auc_ge1" not in two and two["auc"] == pytest.approx(0.75)
+    # at K = 2 the pass/fail AUC is the binary AUC, under both names (the tables show auc_ge1)
+    assert two["auc_ge1"] == two["auc"] == pytest.approx(0.75)
     assert two["spearman"] == pytest.approx(spearmanr([0, 1, 0, 1], [0, 1, 1, 1])[0])
 
 
@@ -45,3 +46,18 @@ def test_auc_ranks_the_raw_probabilities_and_only_the_log_loss_clips():
     m = binary_metrics(y, prob)
     assert m["auc"] == pytest.approx(roc_auc_score(y, prob)) == pytest.approx(0.75)
     assert np.isfinite(m["logloss"]) and m["logloss"] > 4
+
+
+def test_macro_f1_leaves_out_a_category_never_observed_nor_predicted():
+    """Category 2 of K = 4 never occurs: its F1 is 0/0, NaN, and the macro mean is over the three
+    that occur (counting it as 0 cut the figure by a quarter for a miss no model could avoid)."""
+    y = np.array([0, 1, 3, 3, 1, 0])
+    prob = np.eye(4)[[0, 1, 3, 0, 1, 0]]
+    m = ordinal_metrics(y, prob)
+    assert np.isnan(m["f1_2"])
+    present = [m["f1_0"], m["f1_1"], m["f1_3"]]
+    assert present == pytest.approx([0.8, 1.0, 2 / 3])
+    assert m["macro_f1"] == pytest.approx(np.mean(present))
+    # a category predicted but never observed still counts (F1 0: a false positive, avoidable)
+    wrong = ordinal_metrics(y, np.eye(4)[[0, 1, 3, 2, 1, 0]])
+    assert wrong["f1_2"] == 0 and wrong["macro_f1"] == pytest.approx((1 + 1 + 2 / 3 + 0) / 4)

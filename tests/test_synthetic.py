@@ -134,3 +134,15 @@ def test_bad_arguments_raise():
         simulate(10, 5, K=1)
     with pytest.raises(ValueError, match="num_students"):
         simulate(0, 5)
+    with pytest.raises(TypeError, match=r"K must be an integer >= 2, got None"):
+        simulate(10, 5, K=None)
+    with pytest.raises(TypeError, match=r"seq_len must be an integer >= 1, got 5.5"):
+        simulate(10, 5.5)
+
+
+def test_load_bundle_names_a_missing_K():
+    # was a bare "'<' not supported between NoneType and int" from deep inside the simulator
+    from kt_lib.data.formats.bundle import load_bundle
+
+    with pytest.raises(TypeError, match="K must be an integer"):
+        load_bundle(K=None)

@@ -199,9 +199,10 @@ def test_a_bf16_fit_scores_outside_its_context_as_it_did_inside():
     sim = simulate(num_students=300, seq_len=60, num_c=10, seed=0).data
     train, valid = sim.subset(range(240)), sim.subset(range(240, 300))
     torch.manual_seed(0)
-    model = build_model("sakt", dataset=train, preset="paper")
-    res = fit(model, train, valid, TrainConfig(epochs=3, precision="bf16", progress=False))
-    assert res.best_metric > 0.6
+    model = build_model("sakt", dataset=train, preset="tiny")  # paper size: 47 s, the same check
+    cfg = TrainConfig(epochs=5, lr=1e-2, precision="bf16", progress=False)
+    res = fit(model, train, valid, cfg)
+    assert res.best_metric > 0.65  # 0.697 here; the frozen-weights defect stayed near 0.5
     assert abs(evaluate(res.model, valid)["auc"] - res.best_metric) < 0.02
 
 

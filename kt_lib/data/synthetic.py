@@ -214,17 +214,18 @@ def simulate(
     """Simulate `num_students` learners (see the module docstring for the generative story)."""
     if emission not in EMISSIONS:
         raise KeyError(f"unknown emission {emission!r}; valid: {sorted(EMISSIONS)}")
-    for name, value in [
-        ("num_students", num_students),
-        ("seq_len", seq_len),
-        ("num_c", num_c),
-        ("problems_per_c", problems_per_c),
-        ("num_archetypes", num_archetypes),
+    for name, value, low in [
+        ("num_students", num_students, 1),
+        ("seq_len", seq_len, 1),
+        ("num_c", num_c, 1),
+        ("problems_per_c", problems_per_c, 1),
+        ("num_archetypes", num_archetypes, 1),
+        ("K", K, 2),
     ]:
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
-    if K < 2:
-        raise ValueError(f"K must be >= 2, got {K}")
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an integer >= {low}, got {value!r}")
+        if value < low:
+            raise ValueError(f"{name} must be >= {low}, got {value}")
     if min_len is not None and not 1 <= min_len <= seq_len:
         raise ValueError(f"min_len must be in [1, seq_len={seq_len}], got {min_len}")
     N, L, C, A = num_students, seq_len, num_c, num_archetypes
