@@ -30,19 +30,22 @@ reports: env
 notebooks: env
 	$(BIN)/kt report run --inplace $(if $(NOTEBOOKS),--notebooks $(NOTEBOOKS))
 
-# pytest and nbval side by side, one thread each (two cores: one each); nbval's report is printed
-# after pytest's, and the target fails if either fails.
+# pytest (TEST_WORKERS xdist workers, a test file each at a time) and nbval side by side, one
+# thread each: on two cores pytest's workers take the second core back once the notebooks end
+# (pytest in one process left it idle for most of the run). nbval's report is printed after
+# pytest's, and the target fails if either fails.
+TEST_WORKERS ?= 2
 NBVAL := --nbval-lax --nbval-sanitize-with notebooks/sanitize.cfg -p no:cacheprovider notebooks/
 test: env
 	@log=$$(mktemp); export OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1}; \
 	$(BIN)/python -m pytest -q $(NBVAL) > $$log 2>&1 & nb=$$!; \
 	trap 'kill $$nb 2>/dev/null' INT TERM; \
-	$(BIN)/python -m pytest -q tests; t=$$?; \
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests; t=$$?; \
 	wait $$nb; n=$$?; echo "== notebooks (nbval, run beside pytest)"; cat $$log; rm -f $$log; \
 	test $$t -eq 0 -a $$n -eq 0
 
 test-fast: env
-	$(BIN)/python -m pytest -q -m "not slow" tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" tests
 
 lint: env
 	$(BIN)/ruff check kt_lib tests benchmarks

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sys
 
 import pytest
 from cli_helpers import run_many
@@ -99,8 +100,10 @@ def test_kt_help_lists_every_subcommand_and_each_answers_help(capsys):
         (["study", "render", "pairs", "--write", "--out", "/tmp/other.json"], "is another file"),
     ],
 )
-def test_input_errors_are_one_line_and_exit_2(argv, message, capsys):
+def test_input_errors_are_one_line_and_exit_2(argv, message, capsys, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["caller"])
     assert main(argv) == 2
+    assert sys.argv == ["caller"]  # `kt NAME` named argparse's program, then left
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
     errors = [line for line in err.splitlines() if "error" in line]

@@ -22,7 +22,9 @@ def _sleeper(seconds: float, code: int = 0) -> list[str]:
 
 
 def test_at_most_workers_run_at_once_each_logs_and_a_failure_does_not_stop_the_rest(tmp_path):
-    commands = {"a": _sleeper(0.6), "b": _sleeper(0.6, code=3), "c": _sleeper(0.1)}
+    # 2 s sleeps: the two children's interpreter start-ups must land within one sleep of each
+    # other, on two cores shared with pytest's other worker and nbval's kernels
+    commands = {"a": _sleeper(2.0), "b": _sleeper(2.0, code=3), "c": _sleeper(0.1)}
     t0 = time.time()
     status = run_side_by_side(commands, workers=2, logs=tmp_path, poll=0.05)
     assert status == {"a": 0, "b": 3, "c": 0}

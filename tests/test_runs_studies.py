@@ -4,6 +4,7 @@ rendered from them (checked in tests/test_docs.py), and runs that survive a kill
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 import pytest
@@ -183,6 +184,11 @@ def test_run_add_trains_a_new_model_into_a_file_of_ones_own_and_pairs_it(
         studies.main(["run", "tiny", "--add", "sakt", "--models", "dkt", "--out", "x.json"])
     assert "--models may name added models only" in capsys.readouterr().err
     mine = tmp_path / "mine.json"
+    # the CLI's epoch checkpoints and parked runs in tmp_path, not the checkout's runs/ and
+    # results/inflight/ (a second session, or a killed one, would meet them there)
+    where = {"checkpoints": tmp_path / "ckpt", "parked_root": tmp_path / "parked"}
+    monkeypatch.setattr(studies, "run", functools.partial(studies.run, **where))
+    monkeypatch.setattr(studies, "park", functools.partial(studies.park, **where))
     studies.main(["run", "tiny", "--add", "sakt", "--out", str(mine), "--data-root", str(data)])
     rows = json.loads(mine.read_text())["results"]
     assert [r["model"] for r in rows] == ["sakt"] and not rows[0].get("error")

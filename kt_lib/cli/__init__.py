@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"error: unknown command {name!r}\n{usage()}", file=sys.stderr)
         return 2
-    sys.argv[0] = f"kt {name}"  # argparse's usage lines say `kt run`, not the module
+    program, sys.argv[0] = sys.argv[0], f"kt {name}"  # argparse's usage says `kt run`
     try:
         with one_line_usage_errors(name):
             code = _entry(name)(rest)
@@ -128,4 +128,6 @@ def main(argv: list[str] | None = None) -> int:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
         print(f"error: {message} (kt --debug {name} ... shows the traceback)", file=sys.stderr)
         return 2
+    finally:  # called in-process (tests, notebooks): leave the caller's program name as it was
+        sys.argv[0] = program
     return code if isinstance(code, int) else 0
