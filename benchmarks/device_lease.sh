@@ -41,7 +41,12 @@ if [ "$check" -gt 0 ]; then
     rm -rf "$out/gpu_check_parts"  # their rows are in gpu_check.json; the files would count
 fi
 if [ "$study_s" -gt 0 ]; then
-    stamp=$(mktemp)  # the checkpoints written after it are the ones to bring back
+    # the checkpoints written after the stamp are the ones to bring back; the stamp lies beside
+    # them, so both times come from one filesystem's clock (the 2026-11-28 lease's stamp in /tmp
+    # found none of the eight runs' checkpoints: the tree's filesystem there may keep another clock)
+    dir=runs/checkpoints/$study
+    mkdir -p "$dir"
+    stamp=$(mktemp -p "$dir" .lease-stamp.XXXXXX)
     # timeout signals its whole process group, the study's pool workers with it; -k: a study
     # that hangs on SIGTERM is killed 15 s later, so the packing below still runs
     timeout -k 15 "$study_s" "$py" -m kt_lib.runs.studies run "$study" --device "$device" \
@@ -50,12 +55,13 @@ if [ "$study_s" -gt 0 ]; then
     echo "study $study: exit $rc_study (124: stopped at $study_s s)"
     grep -v "epoch [0-9]*:" "$out/study_log.txt" | tail -n 5
     cp "results/$study.json" "$out/$study.json"
-    dir=runs/checkpoints/$study
     if [ -d "$dir" ]; then
-        find "$dir" -type f -newer "$stamp" ! -name '*.tmp' -print0 \
+        find "$dir" -type f -newer "$stamp" ! -name '*.tmp' ! -name '.lease-stamp.*' -print0 \
             | tar czf "$out/checkpoints.tgz" --null -T -
         if [ "$(tar tzf "$out/checkpoints.tgz" | wc -l)" -eq 0 ]; then
             rm "$out/checkpoints.tgz"
+            echo "checkpoints of $study: none written since the study began" \
+                "($(find "$dir" -type f ! -name '.lease-stamp.*' | wc -l) files in $dir)"
         elif [ "$(stat -c %s "$out/checkpoints.tgz")" -gt 16000000 ]; then
             # over the tool's 16 MiB a file: in parts of 15 MB, at most 3 (8 files in all come
             # back); here `cat checkpoints.tgz.* | tar xz --keep-newer-files` joins them

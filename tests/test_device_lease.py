@@ -11,13 +11,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # the stand-in python: logs its arguments; as the study, writes a checkpoint of $CKPT_BYTES bytes
-# (and a half-written .tmp one) and exits $STUDY_RC
+# (none when 0; and a half-written .tmp one) and exits $STUDY_RC
 FAKE_PYTHON = """#!/bin/sh
 echo "$@" >> "$OUT/calls.txt"
 case "$1" in
 benchmarks/gpu_check.py) mkdir -p "$OUT/gpu_check_parts"; echo check ran; exit 0;;
 esac
-head -c "$CKPT_BYTES" /dev/urandom > runs/checkpoints/toy/new_last.pt
+[ "$CKPT_BYTES" -gt 0 ] && head -c "$CKPT_BYTES" /dev/urandom > runs/checkpoints/toy/new_last.pt
 echo half > runs/checkpoints/toy/.new_best.pt.tmp
 exit "$STUDY_RC"
 """
@@ -84,6 +84,16 @@ def test_checkpoints_over_three_parts_are_left_behind_and_said_so(tmp_path):
     assert p.returncode == 0, p.stderr
     assert not list(out.glob("checkpoints.tgz*"))
     assert "over 45 MB packed, left behind" in p.stdout
+
+
+def test_a_study_that_wrote_no_checkpoint_says_so(tmp_path):
+    p, out = _lease(tmp_path, "0", "20", "toy", ckpt_bytes=0)
+    assert p.returncode == 0, p.stderr
+    assert not list(out.glob("checkpoints.tgz*"))
+    # the half-written .tmp and the carried-in checkpoint are there, the stamp is gone
+    assert "checkpoints of toy: none written since the study began (2 files in" in p.stdout
+    left = tmp_path / "repo" / "runs" / "checkpoints" / "toy"
+    assert not list(left.glob(".lease-stamp.*"))
 
 
 def test_a_stopped_study_still_comes_back_and_its_status_is_the_calls(tmp_path):
