@@ -341,6 +341,8 @@ def main() -> None:
     )
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
+    if a.compile and a.backend not in (None, "reference"):
+        p.error(f"--compile runs the reference attention; --backend {a.backend} would be ignored")
     if a.one:
         print(json.dumps(bench_named(a.one, a)))
         return

@@ -74,7 +74,9 @@ class TrainConfig:
     # fp32 | tf32 | bf16 (autocast) | auto (bf16 on a CPU with bf16 instructions, else fp32;
     # tf32 on CUDA); None: tf32 on CUDA, else fp32. Rows of studies record the resolved one.
     precision: str | None = None
-    compile: bool = False  # torch.compile the model (unmeasured on a GPU so far: off by default)
+    # torch.compile the model; it then runs the `reference` attention (kt_lib.nn.backend). Off:
+    # on an H200 it made AKT 1.6x slower while 37 graph breaks were left (docs/gpu.md)
+    compile: bool = False
     backend: str | None = None  # attention backend: reference | cpu | cuda; None: by device
 
     def validate(self) -> None:
@@ -130,6 +132,11 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.device: {exc}") from exc
         resolve_precision(self.precision, self.device)
         check_backend(self.backend)
+        require(
+            not self.compile or self.backend in (None, "reference"),
+            f"TrainConfig.compile runs the reference attention (what the compiler fuses), so "
+            f"backend={self.backend!r} would be ignored: leave backend None or 'reference'",
+        )
         require(not self.resume or self.checkpoint, "resume=True needs a checkpoint prefix")
 
     @classmethod

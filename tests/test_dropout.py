@@ -37,3 +37,27 @@ def test_fast_dropout_rate_scale_and_gradients():
         assert torch.autograd.gradcheck(f, (x,))
         module.eval()
         assert torch.equal(module(x), base) and torch.equal(module(x * 1), base)
+
+
+def test_under_torch_compile_dropout_is_the_plain_draw_the_compiler_can_trace():
+    """Traced by torch.compile (dynamo's `eager` backend: no compiler needed), the modules and
+    `draw_keep` draw `torch.rand >= p` at the exact rate and scale 1 / (1 - p), with no graph
+    break (the int64 `random_` and the autograd Functions each broke it)."""
+    x = torch.randn(400, 500, requires_grad=True)
+
+    def step(t):
+        keep = torch.empty(t.shape, dtype=torch.bool)
+        scale = drop.draw_keep(keep, 0.25)
+        return drop.Dropout(0.25)(t), drop.ReLUDropout(0.25)(t * 1), keep, scale
+
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(step)(x)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    out, relu_out, keep, scale = torch.compile(step, backend="eager")(x)
+    assert scale == 1 / 0.75 and abs(keep.float().mean().item() - 0.75) < 0.005
+    for o, base in ((out, x), (relu_out, torch.relu(x))):
+        kept = o != 0
+        torch.testing.assert_close(o[kept], (base / 0.75)[kept])
+    assert abs((out != 0).float().mean().item() - 0.75) < 0.005
+    (out.sum() + relu_out.sum()).backward()
+    torch.testing.assert_close(x.grad, ((out != 0).float() + (relu_out != 0).float()) / 0.75)

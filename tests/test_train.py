@@ -30,6 +30,7 @@ from tests.conftest import make_tiny_dataset
         ({"lr_decay_every": 3}, "go together"),
         ({"lr_decay": 0.0, "lr_decay_every": 1}, "lr_decay must be in"),
         ({"loss_per": "row"}, "loss_per must be one of"),
+        ({"compile": True, "backend": "cpu"}, "compile runs the reference attention"),
     ],
 )
 def test_train_config_is_validated_before_any_work(override, field):

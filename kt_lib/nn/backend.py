@@ -8,7 +8,10 @@
   which is how CPU-only machines test them.
 
 By default the backend follows the tensors' device; `use_backend(name)` (and
-`TrainConfig.backend`) forces one for everything computed inside the block.
+`TrainConfig.backend`) forces one for everything computed inside the block. Under
+`torch.compile` every attention is `reference`: the compiler fuses the plain formula itself,
+and the other backends' Python loops, buffer pools and 64-bit draws each break its graph (37
+breaks in AKT's training step, which then ran 1.6x slower than eager on an H200: docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -29,8 +32,16 @@ def check_backend(name: str | None) -> str | None:
     return name
 
 
+def compiling() -> bool:
+    """Whether `torch.compile` is tracing this call (then the plain torch paths run)."""
+    return torch.compiler.is_compiling()
+
+
 def choose(t: torch.Tensor) -> str:
-    """The backend for tensors like `t`: the forced one, else `cuda` on CUDA and `cpu` elsewhere."""
+    """The backend for tensors like `t`: `reference` under torch.compile, else the forced one,
+    else `cuda` on CUDA and `cpu` elsewhere."""
+    if compiling():  # before the ContextVar, which dynamo cannot read
+        return "reference"
     return _FORCED.get() or ("cuda" if t.is_cuda else "cpu")
 
 

@@ -105,7 +105,7 @@ def _zero_unwritten(blocks, by_query=(), by_key=()) -> None:
     """Zero what a blocked kernel never writes in its uninitialised [B, H, L|S, .] buffers:
     in those indexed by query (`by_query`) the rows of blocks that read no key, in those
     indexed by key (`by_key`) the keys past the widest block's last readable one."""
-    s_max = max((s1 for _, _, s1 in blocks), default=0)
+    s_max = max([0, *(s1 for _, _, s1 in blocks)])  # (dynamo refuses max's default=)
     for t in by_key:
         t[:, :, s_max:] = 0
     for l0, l1, s1 in blocks:

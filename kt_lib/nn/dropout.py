@@ -2,7 +2,9 @@
 
 On CPU, `nn.Dropout`'s `bernoulli_` was a large share of a training step; `draw_keep` draws 16
 random bits per element instead (the rate is rounded to a multiple of 1/65536). On CUDA the
-native fused `F.dropout` kernel is faster than any of that, so the modules below use it there.
+native fused `F.dropout` kernel is faster than any of that, so the modules below use it there,
+and so does a model under `torch.compile` on any device (the compiler fuses it; the int64 draw
+and the autograd Functions below would break its graph).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .backend import compiling
 
 DROP_LEVELS = 1 << 16  # dropout draws 16 random bits per element: p is rounded to 1 / 65536
 
@@ -20,8 +24,12 @@ def draw_keep(out: torch.Tensor, p: float) -> float:
     A fast Bernoulli: 16 random bits per element (one int64 draw gives four), compared with
     round(p * 65536); p' = that / 65536 is the rate actually used (0.05 -> 0.0500030...).
     Several times cheaper on CPU than `bernoulli_`, and seeded by the same generator. `out` is
-    bool, or float in the activations' dtype (no mixed-dtype products downstream).
+    bool, or float in the activations' dtype (no mixed-dtype products downstream). Under
+    torch.compile: a plain uniform draw at rate p, scale 1 / (1 - p) (the compiler fuses it).
     """
+    if compiling():
+        out.copy_(torch.rand(out.shape, device=out.device) >= p)
+        return 1.0 / (1.0 - p)
     t = round(p * DROP_LEVELS)
     n = out.numel()
     bits = torch.empty((n + 3) // 4, dtype=torch.int64, device=out.device)
@@ -56,10 +64,13 @@ class _Dropout(torch.autograd.Function):
 
 
 def fast_dropout(x: torch.Tensor, p: float) -> torch.Tensor:
-    """Training-mode dropout (identity for p = 0): `draw_keep` on CPU, `F.dropout` elsewhere."""
+    """Training-mode dropout (identity for p = 0): `draw_keep` on CPU, `F.dropout` elsewhere
+    and under torch.compile."""
     if p <= 0:
         return x
-    return _Dropout.apply(x, p) if x.device.type == "cpu" else F.dropout(x, p, training=True)
+    if x.device.type == "cpu" and not compiling():
+        return _Dropout.apply(x, p)
+    return F.dropout(x, p, training=True)
 
 
 class _ReLUDropout(torch.autograd.Function):
@@ -106,10 +117,11 @@ class ReLUDropout(Dropout):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         p = self.p if self.training else 0.0
-        # overwrite a fresh op output; never a view (autograd would copy its whole base back)
-        fresh = torch.is_grad_enabled() and x.grad_fn is not None and x._base is None
-        if fresh and x.device.type == "cpu":
-            return _ReLUDropout.apply(x, p)
+        if x.device.type == "cpu" and not compiling():  # (dynamo cannot read grad_fn)
+            # overwrite a fresh op output; never a view (autograd would copy its whole base back)
+            fresh = torch.is_grad_enabled() and x.grad_fn is not None and x._base is None
+            if fresh:
+                return _ReLUDropout.apply(x, p)
         return fast_dropout(torch.relu(x), p)
 
 
