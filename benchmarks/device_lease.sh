@@ -23,6 +23,10 @@ if ! [[ $check =~ ^[0-9]+$ && $study_s =~ ^[0-9]+$ ]]; then
     echo "seconds must be whole numbers, got $check and $study_s" >&2
     usage
 fi
+if ! [[ $study =~ ^[A-Za-z0-9_-]+$ ]]; then  # it names a folder under runs/checkpoints
+    echo "STUDY must be a study's name (letters, digits, _ and -), got '$study'" >&2
+    usage
+fi
 [ -n "${OUT:-}" ] && [ -d "$OUT" ] || { echo "OUT must name an existing folder" >&2; exit 2; }
 out=$(cd "$OUT" && pwd)
 device=${DEVICE:-cuda}
@@ -45,8 +49,14 @@ if [ "$study_s" -gt 0 ]; then
     # them, so both times come from one filesystem's clock (the 2026-11-28 lease's stamp in /tmp
     # found none of the eight runs' checkpoints: the tree's filesystem there may keep another clock)
     dir=runs/checkpoints/$study
-    mkdir -p "$dir"
-    stamp=$(mktemp -p "$dir" .lease-stamp.XXXXXX)
+    made=0
+    [ -d "$dir" ] || made=1
+    stamp=
+    if mkdir -p "$dir" && stamp=$(mktemp -p "$dir" .lease-stamp.XXXXXX); then
+        trap 'rm -f "$stamp"' EXIT  # a lease killed mid-study leaves no stamp behind
+    else
+        echo "no stamp in $dir: the study's checkpoints will not be packed" >&2
+    fi
     # timeout signals its whole process group, the study's pool workers with it; -k: a study
     # that hangs on SIGTERM is killed 15 s later, so the packing below still runs
     timeout -k 15 "$study_s" "$py" -m kt_lib.runs.studies run "$study" --device "$device" \
@@ -55,7 +65,7 @@ if [ "$study_s" -gt 0 ]; then
     echo "study $study: exit $rc_study (124: stopped at $study_s s)"
     grep -v "epoch [0-9]*:" "$out/study_log.txt" | tail -n 5
     cp "results/$study.json" "$out/$study.json"
-    if [ -d "$dir" ]; then
+    if [ -n "$stamp" ]; then
         find "$dir" -type f -newer "$stamp" ! -name '*.tmp' ! -name '.lease-stamp.*' -print0 \
             | tar czf "$out/checkpoints.tgz" --null -T -
         if [ "$(tar tzf "$out/checkpoints.tgz" | wc -l)" -eq 0 ]; then
@@ -74,6 +84,8 @@ if [ "$study_s" -gt 0 ]; then
         fi
     fi
     rm -f "$stamp"
+    # a study that wrote no checkpoint leaves no folder of ours behind
+    [ "$made" -eq 1 ] && rmdir "$dir" 2>/dev/null
 fi
 ls -la "$out"
 [ "$rc_check" -ne 0 ] && exit "$rc_check"

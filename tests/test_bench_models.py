@@ -66,6 +66,18 @@ def test_compile_times_the_compiled_model_and_checks_it_against_eager():
     assert "compiled" not in bench_one("dkt", repeats=1, b=2, n=8)
 
 
+def test_compile_with_a_forced_backend_is_refused_not_ignored():
+    import subprocess
+
+    p = subprocess.run(
+        [sys.executable, "benchmarks/bench_models.py", "--models", "sakt", "--compile",
+         "--backend", "cpu"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert p.returncode == 2
+    assert "--compile runs the reference attention; --backend cpu would be ignored" in p.stderr
+
+
 def test_compile_travels_to_the_per_model_subprocess():
     import argparse
 

@@ -37,8 +37,10 @@ def _lease(tmp_path: Path, *args: str, ckpt_bytes: int = 1000, study_rc: int = 0
     fake = tmp_path / "python"
     fake.write_text(FAKE_PYTHON)
     fake.chmod(0o755)
+    # TMPDIR nowhere: the stamp must lie beside the checkpoints (one filesystem's clock)
     env = {**os.environ, "OUT": str(out), "DEVICE": "cpu", "PYTHON": str(fake),
-           "CKPT_BYTES": str(ckpt_bytes), "STUDY_RC": str(study_rc)}  # fmt: skip
+           "CKPT_BYTES": str(ckpt_bytes), "STUDY_RC": str(study_rc),
+           "TMPDIR": str(tmp_path / "no-such-dir")}  # fmt: skip
     p = subprocess.run(
         ["bash", str(repo / "benchmarks" / "device_lease.sh"), *args],
         capture_output=True, text=True, env=env, timeout=60,
@@ -105,7 +107,11 @@ def test_a_stopped_study_still_comes_back_and_its_status_is_the_calls(tmp_path):
 def test_bad_arguments_print_the_usage(tmp_path):
     script = str(ROOT / "benchmarks" / "device_lease.sh")
     env = {**os.environ, "OUT": str(tmp_path)}
-    for args, says in ((["30"], ""), (["390.5", "140", "toy"], "whole numbers, got 390.5")):
+    for args, says in (
+        (["30"], ""),
+        (["390.5", "140", "toy"], "whole numbers, got 390.5"),
+        (["0", "140", "../toy"], "a study's name (letters, digits, _ and -), got '../toy'"),
+    ):
         p = subprocess.run(["bash", script, *args], capture_output=True, text=True, env=env)
         assert p.returncode == 2 and says in p.stderr
         assert "device_lease.sh CHECK_SECONDS STUDY_SECONDS STUDY" in p.stderr

@@ -31,6 +31,7 @@ from tests.conftest import make_tiny_dataset
         ({"lr_decay": 0.0, "lr_decay_every": 1}, "lr_decay must be in"),
         ({"loss_per": "row"}, "loss_per must be one of"),
         ({"compile": True, "backend": "cpu"}, "compile runs the reference attention"),
+        ({"compile": True, "backend": "cuda"}, "backend='cuda' would be ignored"),
     ],
 )
 def test_train_config_is_validated_before_any_work(override, field):
@@ -38,6 +39,11 @@ def test_train_config_is_validated_before_any_work(override, field):
     model = build_model("dkt", preset="tiny", num_c=5)
     with pytest.raises(ValueError, match=field):
         fit(model, data, data, progress=False, **override)
+
+
+def test_compile_with_the_reference_backend_or_none_is_accepted():
+    for backend in (None, "reference"):
+        TrainConfig(compile=True, backend=backend).validate()  # raises if refused
 
 
 def test_fit_refuses_splits_it_cannot_use():

@@ -89,8 +89,8 @@ class AttentionContext:
             raise ValueError(
                 f"mask must be [B, L] = {tuple(r.shape)}, got {tuple(self.mask.shape)}"
             )
-        if compiling():  # the value checks below read tensors on the host: a graph break
-            return  # each; a compiled model's batches come from the loader that checked them
+        if compiling():  # the value checks below read tensors on the host, a graph break
+            return  # each: a compiled forward skips them (an eager one runs them)
         if self.mask is not None and r.numel() and not bool(self.mask.any(-1).all()):
             row = int((~self.mask.any(-1)).nonzero()[0, 0])
             raise ValueError(
