@@ -305,15 +305,20 @@ def run_all(script: str, names: list[str], a: argparse.Namespace, shared: bool) 
     write them all to `a.out` after each (a cut-off run keeps what finished)."""
     argv = [*device_argv(a), "--set", *a.set]
     results = []
-    out = Path(a.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     for name in names:
         res = run_shared(name, a) if shared else run_subprocess(script, name, argv)
         print(json.dumps(res), flush=True)
         results.append(res)
-        part = out.with_name(out.name + ".tmp")
-        part.write_text(json.dumps(results, indent=2))
-        part.replace(out)
+        write_rows(a.out, results)
+
+
+def write_rows(path: str | Path, rows: list[dict]) -> None:
+    """All rows so far to `path`, atomically (a benchmark cut off keeps what finished)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    part = out.with_name(out.name + ".tmp")
+    part.write_text(json.dumps(rows, indent=2))
+    part.replace(out)
 
 
 def main() -> None:

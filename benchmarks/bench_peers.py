@@ -66,6 +66,7 @@ from bench_models import (
     on_device,
     run_subprocess,
     setting,
+    write_rows,
 )
 from peer_models import (
     REPO,
@@ -378,8 +379,7 @@ def main() -> None:
             res = run_subprocess(__file__, name, one_argv(a))
         print(json.dumps(res), flush=True)
         results.append(res)
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(results, indent=2))
+        write_rows(a.out, results)  # after each model: a run cut off keeps what finished
 
 
 if __name__ == "__main__":

@@ -315,3 +315,27 @@ def test_bench_pair_end_to_end_with_a_checkout():
         assert 0 < r[side]["peak_rss_mb"] < timing.peak_rss_mb() + 1
         assert len(r[side]["train_step_rounds_s"]) == 3 and r[side]["params"] > 0
     assert "fresh process" in r["peak_memory_method"] and r["ours"]["sets"] == {}
+
+
+def test_a_run_cut_off_keeps_the_rows_that_finished(tmp_path, monkeypatch):
+    """The JSON is rewritten after each model: a lease's `timeout` that stops the run during
+    the second model leaves the first one's row in `--out` (the 2026-11-28 lease lost two)."""
+    import bench_peers
+
+    def one(script, name, argv):
+        if name == "sakt":
+            raise KeyboardInterrupt  # stands for the lease's timeout
+        return {"model": name, "ours_over_theirs": {"train_step": 0.5}}
+
+    monkeypatch.setattr(bench_peers, "run_subprocess", one)
+    monkeypatch.setattr(bench_peers, "skipped", lambda names, src=None: {})
+    out = tmp_path / "peers.json"
+    (tmp_path / "utils.py").write_text("")  # a stand-in checkout's pykt/models
+    argv = ["bench_peers.py", "--models", "dkt", "sakt", "--pykt-src", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", [*argv, "--out", str(out)])
+    with pytest.raises(KeyboardInterrupt):
+        bench_peers.main()
+    assert json.loads(out.read_text()) == [
+        {"model": "dkt", "ours_over_theirs": {"train_step": 0.5}}
+    ]
+    assert not out.with_name("peers.json.tmp").exists()
