@@ -242,3 +242,24 @@ def test_fold_plan_finds_txt_fold_files_as_load_bundle_reads_them(tmp_path):
         write_line3(sim, tmp_path / name)
     assert fold_plan("auto", 1, [0, 1], tmp_path) == [(1, 0)]
     assert fold_plan("line3", 1, [0, 1], tmp_path) == [(1, 0)]
+
+
+def test_two_layouts_of_one_prepared_folder_do_not_share_a_run_key(tmp_path, monkeypatch):
+    """`prepare` writes OUT/pykt and OUT/line3: both rows say dataset OUT, so the key tells the
+    layouts apart (else the second layout's runs would count as done); a plain folder's key
+    hashes exactly what it did before (the committed results' keys)."""
+    import kt_lib.runs.plan as plan_module
+    from kt_lib.runs.data import DataSpec
+    from kt_lib.runs.plan import LeaderboardPlan
+
+    out = tmp_path / "assist2015"
+    specs = (DataSpec(str(out / "pykt"), fold=0), DataSpec(str(out / "line3"), fold=0),
+             DataSpec(str(tmp_path / "statics2011"), fold=1))  # fmt: skip
+    plan = LeaderboardPlan(specs, ("dkt",), preset="paper")
+    runs = plan.runs()
+    assert [r.dataset for r in runs] == ["assist2015", "assist2015", "statics2011"]
+    assert len({r.key for r in runs}) == 3
+    monkeypatch.setattr(plan_module, "layout_key", lambda data: {})  # the keys before
+    before = [r.key for r in plan.runs()]
+    assert before[0] == before[1]  # the two layouts collided
+    assert before[2] == runs[2].key  # a plain folder's key is unchanged

@@ -23,9 +23,18 @@ def dataset_name(data_dir: str | Path | None, data_format: str | None = None) ->
     if not data_dir or data_format == SYNTHETIC:
         return SYNTHETIC
     path = Path(data_dir)
-    if path.name in ("pykt", "line3", "line4") and path.parent.name:
+    if layout_folder(data_dir):
         return path.parent.name
     return path.name or str(data_dir)
+
+
+def layout_folder(data_dir: str | Path | None) -> str | None:
+    """The layout of one of `prepare`'s layout folders (OUT/pykt, OUT/line3, OUT/line4), else
+    None. Those folders share their dataset name (OUT's), so a run key tells them apart by it."""
+    if not data_dir:
+        return None
+    path = Path(data_dir)
+    return path.name if path.name in ("pykt", "line3", "line4") and path.parent.name else None
 
 
 @dataclass(frozen=True)

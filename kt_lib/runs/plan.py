@@ -17,7 +17,7 @@ from pathlib import Path
 from ..data.formats.detect import detect_format, split_files
 from ..fileio import short_digest
 from ..train import TrainConfig
-from .data import DataSpec
+from .data import DataSpec, layout_folder
 from .spec import DEFAULT_PRESET, EvalConfig, ModelSettings, RunSpec, train_settings
 
 FOLD_BASE = {"line3": 1, "line4": 1, "pykt": 0}  # formats whose files carry folds: first id
@@ -67,6 +67,13 @@ def fold_plan(
         base = FOLD_BASE[data_format]
         return [(base + k, seeds[0]) for k in range(folds)]
     return [(None, s) for s in seeds]
+
+
+def layout_key(data: DataSpec) -> dict:
+    """{"layout": name} for one of `prepare`'s layout folders (OUT/pykt, ...), else {} (so the
+    committed results' keys, on plain folders, are unchanged)."""
+    layout = None if data.synthetic else layout_folder(data.data_dir)
+    return {"layout": layout} if layout else {}
 
 
 def run_key(dataset: str, model: str, fold, seed: int, preset: str, settings: dict) -> str:
@@ -171,7 +178,9 @@ class LeaderboardPlan:
                     blob = {
                         "train": settings if row_train is train else self.settings_of(row_train),
                         "model": fields,
-                        "data": {"format": data.data_format, **data.kw},
+                        # a layout folder of `prepare`'s output is keyed by its layout (two
+                        # layouts of one OUT share the dataset name); other folders as before
+                        "data": {"format": data.data_format, **layout_key(data), **data.kw},
                         **({"variant_of": base} if base != name else {}),
                     }
                     key = run_key(data.name, name, data.fold, data.seed, self.preset, blob)
