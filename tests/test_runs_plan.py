@@ -254,12 +254,36 @@ def test_two_layouts_of_one_prepared_folder_do_not_share_a_run_key(tmp_path, mon
 
     out = tmp_path / "assist2015"
     specs = (DataSpec(str(out / "pykt"), fold=0), DataSpec(str(out / "line3"), fold=0),
+             DataSpec(str(out / "line4"), fold=0),
              DataSpec(str(tmp_path / "statics2011"), fold=1))  # fmt: skip
     plan = LeaderboardPlan(specs, ("dkt",), preset="paper")
     runs = plan.runs()
-    assert [r.dataset for r in runs] == ["assist2015", "assist2015", "statics2011"]
-    assert len({r.key for r in runs}) == 3
+    assert [r.dataset for r in runs] == ["assist2015"] * 3 + ["statics2011"]
+    assert len({r.key for r in runs}) == 4
     monkeypatch.setattr(plan_module, "layout_key", lambda data: {})  # the keys before
     before = [r.key for r in plan.runs()]
-    assert before[0] == before[1]  # the two layouts collided
-    assert before[2] == runs[2].key  # a plain folder's key is unchanged
+    assert before[0] == before[1] == before[2]  # the three layouts collided
+    # OUT/pykt (where the studies read OULAD: data/prepared/oulad_k4/pykt) and a plain folder
+    # keep their keys
+    assert before[0] == runs[0].key and before[3] == runs[3].key
+
+
+@pytest.mark.skipif(
+    not (ROOT.parent / "shared" / "data" / "assist2009").is_dir(),
+    reason="needs the datasets under ../shared/data (the plans read their fold files)",
+)
+def test_every_committed_run_is_in_its_studys_plan():
+    """The committed rows' keys are the plan's: a change of how keys are made that would
+    retrain (and orphan) a study's finished runs fails here, study by study."""
+    from kt_lib.runs.results import finished_runs
+    from kt_lib.runs.studies import STUDIES
+
+    data_root = ROOT.parent / "shared" / "data"
+    for study in STUDIES.values():
+        if not study.path.exists():
+            continue
+        if study.prepare and not all(study.folder(n).is_dir() for n in study.prepare):
+            continue  # a prepared dataset (OULAD) not prepared on this machine
+        planned = {r["key"] for r in study.plan(data_root)}
+        done = set(finished_runs(study.path))
+        assert done <= planned, (study.name, sorted(done - planned)[:3])

@@ -70,10 +70,11 @@ def fold_plan(
 
 
 def layout_key(data: DataSpec) -> dict:
-    """{"layout": name} for one of `prepare`'s layout folders (OUT/pykt, ...), else {} (so the
-    committed results' keys, on plain folders, are unchanged)."""
+    """{"layout": name} for `prepare`'s line3 and line4 folders (OUT/line3, OUT/line4), else {}:
+    they share their dataset name with OUT/pykt, whose key stays as it was (the studies'
+    prepared datasets, OULAD's, are read from OUT/pykt: their committed keys are unchanged)."""
     layout = None if data.synthetic else layout_folder(data.data_dir)
-    return {"layout": layout} if layout else {}
+    return {"layout": layout} if layout in ("line3", "line4") else {}
 
 
 def run_key(dataset: str, model: str, fold, seed: int, preset: str, settings: dict) -> str:
