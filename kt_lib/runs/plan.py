@@ -179,8 +179,8 @@ class LeaderboardPlan:
                     blob = {
                         "train": settings if row_train is train else self.settings_of(row_train),
                         "model": fields,
-                        # a layout folder of `prepare`'s output is keyed by its layout (two
-                        # layouts of one OUT share the dataset name); other folders as before
+                        # OUT/line3 and OUT/line4 of `prepare`'s output are keyed by their
+                        # layout (they share OUT/pykt's dataset name); other folders as before
                         "data": {"format": data.data_format, **layout_key(data), **data.kw},
                         **({"variant_of": base} if base != name else {}),
                     }
