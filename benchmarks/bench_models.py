@@ -314,11 +314,9 @@ def run_all(script: str, names: list[str], a: argparse.Namespace, shared: bool) 
 
 def write_rows(path: str | Path, rows: list[dict]) -> None:
     """All rows so far to `path`, atomically (a benchmark cut off keeps what finished)."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    part = out.with_name(out.name + ".tmp")
-    part.write_text(json.dumps(rows, indent=2))
-    part.replace(out)
+    from kt_lib.fileio import atomic_write_text
+
+    atomic_write_text(path, json.dumps(rows, indent=2))
 
 
 def main() -> None:

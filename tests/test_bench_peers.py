@@ -338,4 +338,4 @@ def test_a_run_cut_off_keeps_the_rows_that_finished(tmp_path, monkeypatch):
     assert json.loads(out.read_text()) == [
         {"model": "dkt", "ours_over_theirs": {"train_step": 0.5}}
     ]
-    assert not out.with_name("peers.json.tmp").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
