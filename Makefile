@@ -16,10 +16,12 @@ env: $(STAMP)
 
 # torch first and alone: `pip install torch==2.13.0` takes the local CPU wheel here (no CUDA
 # packages); elsewhere set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu.
+# --no-compile: Python writes a module's bytecode when it is first imported instead of pip
+# compiling every file of every package at install (on the 2-core EPYC: 110 s against 177 s).
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet $(TORCH_INDEX) torch==2.13.0
-	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,ray]"
+	$(BIN)/pip install --quiet --no-compile $(TORCH_INDEX) torch==2.13.0
+	$(BIN)/pip install --quiet --no-compile -c constraints.txt -e ".[dev,ray]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (kt-workbook)" > /dev/null
 	touch $(STAMP)
 
