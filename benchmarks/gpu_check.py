@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -126,13 +127,18 @@ def run_step(name: str, argv: list[str], limit: int) -> dict:
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     t0 = time.perf_counter()
+    # a session of its own: at the limit the whole group is killed, the step's own children
+    # too (bench_peers' fresh processes for peak memory), which subprocess.run's kill left
+    # running, on the device and the cores the next step is timed on
+    p = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)  # fmt: skip
     try:
-        p = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
-        rc, out = p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired as exc:  # its output so far, then "timed out"
-        got = exc.stdout or b""
-        rc = 124
-        out = (got.decode(errors="replace") if isinstance(got, bytes) else got) + "\ntimed out"
+        stdout, stderr = p.communicate(timeout=limit)
+        rc, out = p.returncode, stdout + stderr
+    except subprocess.TimeoutExpired:  # its output so far, then "timed out"
+        os.killpg(p.pid, signal.SIGKILL)
+        stdout, stderr = p.communicate()
+        rc, out = 124, stdout + stderr + "\ntimed out"
     status = "ok" if rc == 0 else "timed out (partial results)" if rc == 124 else "failed"
     if name == "peers" and "pykt" in out and "install" in out.lower() and rc != 0:
         status = "skipped: pykt-toolkit is not installed"

@@ -4,8 +4,10 @@ every step completes or is skipped for a stated reason, and the summary carries 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,3 +91,33 @@ def test_compile_models_add_a_compiled_step_after_bf16_and_none_without_them():
     i = argv.index("--models")
     assert argv[i + 1 : i + 3] == ["akt", "dkt"] and "--compile" in argv
     assert argv[argv.index("--device") + 1] == "cuda"
+
+
+def test_a_step_past_its_limit_ends_with_its_children(tmp_path):
+    """A step's children (bench_peers' fresh processes for peak memory) outlived a step killed at
+    its limit, still using the device and the cores the next step is timed on. The whole group
+    goes, at the limit, and the output so far is kept."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_check import run_step
+
+    pid_file = tmp_path / "child.pid"
+    child = (f"import time, pathlib, os; pathlib.Path({str(pid_file)!r})"
+             ".write_text(str(os.getpid())); time.sleep(120)")  # fmt: skip
+    parent = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', {child!r}]); "
+              "print('started', flush=True); time.sleep(120)")  # fmt: skip
+    t0 = time.perf_counter()
+    step = run_step("peers", [sys.executable, "-c", parent], limit=5)
+    assert time.perf_counter() - t0 < 60
+    assert step["rc"] == 124 and step["status"] == "timed out (partial results)"
+    assert "started" in step["tail"] and step["tail"].endswith("timed out")
+    pid = int(pid_file.read_text())
+    for _ in range(50):  # killed at once; its reaping (it is an orphan) may take a moment
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+                break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        raise AssertionError(f"the step's child {pid} outlived the step")
