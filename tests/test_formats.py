@@ -305,8 +305,9 @@ def test_students_without_interactions_are_dropped(tmp_path, reader, text, dropp
         ("line4", b"\xef\xbb\xbf2\n1,2\n\xe91,1\n0,1\n", 3),  # after a BOM
         ("pykt", PYKT_HEADER.encode() + b'0,\xc3(,"1","1","0","1"\n', 2),
         ("log", LOG_HEADER.encode() + b"a,s,1,1\nb,caf\xe9,0,2\n", 3),
+        ("line3", b"2\r1,2\r0,\xff1\r", 3),  # old Mac line ends: lines counted as read
     ],
-    ids=["line3", "line4-bom", "pykt", "log"],
+    ids=["line3", "line4-bom", "pykt", "log", "line3-cr"],
 )
 def test_non_utf8_bytes_are_named(tmp_path, reader, text, line):
     bad = re.search(rb"[\x80-\xff]", text.removeprefix(b"\xef\xbb\xbf")).group()
@@ -324,6 +325,9 @@ def test_non_utf8_bytes_are_named(tmp_path, reader, text, line):
         ("pykt", PYKT_HEADER + '0,u,"1","99999999999999999999","0","1"\n', 2, "does not fit"),
         ("pykt", PYKT_HEADER + PYKT_ROW.replace("0,u", "0.0,u"), 2, "fold '0.0' is not an"),
         ("log", LOG_HEADER + "a,s,1,1\na,s,1.0,2\n", 3, "correct '1.0' is not an integer"),
+        # int() takes the separators U+001C-U+001F as blanks, numpy does not (a review)
+        ("line3", "2\n1,\x1c2\n0,1\n", 2, r"question id '\x1c2' is not an integer"),
+        ("pykt", PYKT_HEADER + '0,u,"1,2","1,\x1f2","0,1","1,1"\n', 2, r"concepts '\x1f2' is not"),
     ],
     ids=[
         "line3-1_0",
@@ -333,7 +337,7 @@ def test_non_utf8_bytes_are_named(tmp_path, reader, text, line):
         "pykt-1_0",
         "pykt-overflow",
     ]
-    + ["pykt-fold-0.0", "log-1.0"],
+    + ["pykt-fold-0.0", "log-1.0", "line3-x1c", "pykt-x1f"],
 )
 def test_integers_are_sign_and_ascii_digits_within_int64(tmp_path, reader, text, line, value):
     _raises(reader, tmp_path, text, line, value)
@@ -404,3 +408,51 @@ def test_the_id_base_is_the_folders_under_every_fold(tmp_path):
     tests = [load_bundle(tmp_path, "line3", fold=f).test.students[0].q.tolist() for f in (1, 2)]
     whole = load_bundle(tmp_path, "line3").test.students[0].q.tolist()
     assert tests == [[1, 3], [1, 3]] and whole == [1, 3]  # 0-based everywhere: the folder's 0
+
+
+@pytest.mark.parametrize(
+    ("rows", "line", "value"),
+    [
+        # pyKT's *_window_sequences.csv: context steps (scored in an earlier window) carry
+        # selectmask -1; they were dropped as padding and the window read as a student
+        ('0,7,"1,1,1,1","3,4,5,6","1,0,1,1","-1,-1,1,1"\n', 2, "selectmask -1 beside concept 3"),
+        # a -1 step before a real one is a gap, not padding: it was dropped unseen
+        ('0,7,"1,-1,1","3,-1,5","1,-1,1","1,-1,1"\n', 2, "concept -1 (pyKT's padding) before"),
+        # pyKT's *_sequences.csv cut a student into rows: each was read as a student
+        (
+            '0,7,"1,1","3,4","1,0","1,1"\n1,7,"1","5","1","1"\n',
+            3,
+            "uid '7' again (first on line 2)",
+        ),
+    ],
+    ids=["window-context", "gap", "chunked"],
+)
+def test_pykt_refuses_the_layouts_that_are_not_one_row_a_student(tmp_path, rows, line, value):
+    _raises("pykt", tmp_path, PYKT_HEADER + rows, line, value)
+    trailing = PYKT_HEADER + '0,7,"1,1,-1","3,4,-1","1,0,-1","1,1,-1"\n1,8,"1","5","1","1"\n'
+    assert [len(x) for x in _read("pykt", tmp_path, trailing).students] == [2, 1]  # padding ends
+
+
+def test_a_pykt_folder_whose_test_file_lacks_the_problem_ids_is_refused(tmp_path):
+    """train_valid.csv with `questions`, test.csv without: the model trained on problem ids and
+    was scored without them, said nowhere (a review)."""
+    write_file(tmp_path, "train_valid.csv", PYKT_HEADER + PYKT_ROW + PYKT_ROW.replace("0,u", "1,v"))
+    write_file(tmp_path, "test.csv", 'fold,uid,concepts,responses\n-1,w,"1,2","0,1"\n')
+    with pytest.raises(
+        ValueError, match="train_valid.csv has a 'questions' column .* test.csv has none"
+    ):
+        load_bundle(tmp_path, "pykt")
+
+
+def test_log_ids_equal_as_integers_but_not_as_text_are_refused(tmp_path):
+    """'007' and '7' were one user when every cell of the column was an integer, two otherwise."""
+    text = LOG_HEADER + "007,s1,1,1\n7,s2,0,2\n"
+    _raises("log", tmp_path, text, 3, "user '7' is the id '007' of line 2 as an integer")
+    same = _read("log", tmp_path, LOG_HEADER + "007,s1,1,1\n007,s2,0,2\n012,s1,1,1\n")
+    assert [len(x) for x in same.students] == [2, 1]  # written one way: integers, as before
+
+
+@pytest.mark.parametrize("num_c", [2.5, "3", -1, True])
+def test_a_declared_size_is_a_whole_number(tmp_path, num_c):
+    with pytest.raises(ValueError, match=r"num_c=.*: a declared size is a whole number >= 0"):
+        _read("line3", tmp_path, "3\n1,2,3\n0,1,1\n", num_c=num_c)

@@ -291,8 +291,8 @@ def test_auto_detects_each_layout(tmp_path):
     assert b.data_format == "log" and (len(b.train), len(b.valid), len(b.test)) == (28, 4, 8)
     pykt = tmp_path / "pykt"
     pykt.mkdir()
-    write_file(pykt, "train_valid.csv", PYKT_HEADER + PYKT_ROW + PYKT_ROW.replace("0,u", "1,u"))
-    write_file(pykt, "test.csv", PYKT_HEADER + PYKT_ROW.replace("0,u", "-1,u"))
+    write_file(pykt, "train_valid.csv", PYKT_HEADER + PYKT_ROW + PYKT_ROW.replace("0,u", "1,v"))
+    write_file(pykt, "test.csv", PYKT_HEADER + PYKT_ROW.replace("0,u", "-1,w"))
     b = load_bundle(pykt, "auto")
     assert b.protocol.startswith("pykt (auto -> pykt (train_valid.csv), seed 0)")
     assert b.data_format == "pykt"

@@ -213,6 +213,11 @@ def _load_pykt(d, fold, valid_frac, seed, kw):
     fold = 0 if fold is None else fold
     tv = read_pykt(d, "train_valid", uid_offset=0, **kw)
     test = read_pykt(d, "test", uid_offset=len(tv), **kw)
+    if bool(tv.num_pid) != bool(test.num_pid):  # a model would train on ids it is tested without
+        has, lacks = (
+            ("train_valid.csv", "test.csv") if tv.num_pid else ("test.csv", "train_valid.csv")
+        )
+        raise ValueError(f"{d}: {has} has a 'questions' column (problem ids) and {lacks} has none")
     folds = np.array([s.fold for s in tv.students])
     if fold not in set(folds.tolist()):
         raise ValueError(f"{d}/train_valid.csv has no fold {fold}; folds: {sorted(set(folds))}")

@@ -21,10 +21,22 @@ from .tokens import (
 )
 
 
-def _labels(col: pd.Series) -> pd.Series | np.ndarray:
-    """Raw ids of a log column: integers if every cell is one (so 2 sorts before 10), else text."""
+def _labels(col: pd.Series, where: _Where, name: str) -> pd.Series | np.ndarray:
+    """Raw ids of a log column: integers if every cell is one (so 2 sorts before 10), else text.
+    Two cells that differ as text but not as integers ('007' and '7') are refused, not merged."""
     ints = _parse_ints(col.tolist())
-    return col if ints is None else ints
+    if ints is None:
+        return col
+    text = col.astype(str).to_numpy()
+    first = pd.Series(text).groupby(ints).transform("first").to_numpy()  # each int's first text
+    if (clash := first != text).any():
+        i = int(np.argmax(clash))
+        j = int(np.argmax((ints == ints[i]) & (text == first[i])))
+        raise where.error(
+            i, f"{name} {text[i]!r} is the id {text[j]!r} of line {where.lines[j]} as an integer, "
+            "not as text: write each id one way"
+        )  # fmt: skip
+    return ints
 
 
 def _order_key(col: pd.Series, where: _Where, name: str) -> np.ndarray:
@@ -126,10 +138,10 @@ def read_log(
             raise where.error(int(np.argmax(empty)), f"empty value in column {c!r}")
     r = _int_column(df, correct, where)
     _check_responses(r, where, K, what=correct)
-    u_code, users = pd.factorize(_labels(df[user]), sort=True)
+    u_code, users = pd.factorize(_labels(df[user], where, user), sort=True)
     keys = (_order_key(df[order], where, order), u_code) if order else (u_code,)
     idx = np.lexsort(keys)  # stable: ties in order keep the file order
-    q_code, skills = pd.factorize(_labels(df[skill]), sort=True)
+    q_code, skills = pd.factorize(_labels(df[skill], where, skill), sort=True)
     bounds = np.concatenate([[0], np.cumsum(np.bincount(u_code, minlength=len(users)))])
     cut = bounds[1:-1]
     meta = {
@@ -139,7 +151,7 @@ def read_log(
     }
     pid = None
     if problem:
-        p_code, problems = pd.factorize(_labels(df[problem]), sort=True)
+        p_code, problems = pd.factorize(_labels(df[problem], where, problem), sort=True)
         pid = np.split(p_code[idx].astype(np.int64), cut)
         meta["problem_ids"] = problems.tolist()
     q, rs = np.split(q_code[idx].astype(np.int64), cut), np.split(r[idx], cut)

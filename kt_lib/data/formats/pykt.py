@@ -91,9 +91,21 @@ def read_pykt(
         v["responses"],
         "concept -1 (pykt's padding) with response {v}: an interaction without its concept",
     )
-    keep = v["concepts"] != -1
+    pad = v["concepts"] == -1
+    # padding ends a row: a -1 step before a real one is a gap in the log, not padding
+    same_row = np.repeat(np.arange(len(counts["concepts"])), counts["concepts"])
+    gap = np.zeros_like(pad)
+    gap[:-1] = pad[:-1] & ~pad[1:] & (same_row[:-1] == same_row[1:])
+    where.first(gap, v["concepts"], "concept {v} (pyKT's padding) before a real step: padding "
+                "ends a row, a gap inside a student's log is not padding")  # fmt: skip
     if "selectmasks" in v:
-        keep &= v["selectmasks"] != -1
+        # pyKT's *_window_sequences.csv mark a window's context steps (scored in an earlier
+        # window) with selectmask -1: each row there is a window, not a student
+        where.first(~pad & (v["selectmasks"] == -1), v["concepts"],
+                    "selectmask -1 beside concept {v}: a context step of pyKT's window layout "
+                    "(*_window_sequences.csv, one row a window); read the file with one row a "
+                    "student (train_valid.csv, test.csv)")  # fmt: skip
+    keep = ~pad
     vocab = {}
     for c, declared, key in (("concepts", num_c, "num_c"), ("questions", num_pid, "num_pid")):
         if c not in v:
@@ -121,6 +133,15 @@ def read_pykt(
     students = _students(rows, uid_offset, q, r, pid, folds)
     meta = {}
     if "uid" in df.columns:
+        uids = df["uid"].astype(str).str.strip()
+        if (dup := uids.duplicated()).any():
+            i = int(np.argmax(dup.to_numpy()))
+            j = int(np.argmax((uids == uids.iloc[i]).to_numpy()))
+            raise ValueError(
+                f"{path} line {lines[i]}: uid {uids.iloc[i]!r} again (first on line {lines[j]}): "
+                "pyKT's *_sequences.csv files cut a student into rows of 200 steps; read the "
+                "file with one row a student (train_valid.csv, test.csv)"
+            )
         meta["raw_uid"] = dict(enumerate(df["uid"].to_numpy()[rows].tolist(), start=uid_offset))
     return KTDataset(
         students,

@@ -56,7 +56,7 @@ def decode_wide(path: Path, data: bytes, found: Sniffed) -> str:
         return data.decode(found.codec)
     except UnicodeDecodeError as e:
         good = e.object[: e.start - e.start % 2].decode(found.codec, errors="replace")
-        line = good.count("\n") + 1
+        line = line_at(good, len(good))
         raise ValueError(
             f"{path} line {line}: the file reads as {found.label}, but bytes "
             f"{e.object[e.start : e.end]!r} at byte {e.start} are not valid {found.name} "
@@ -64,9 +64,16 @@ def decode_wide(path: Path, data: bytes, found: Sniffed) -> str:
         ) from None
 
 
+def line_at(data: bytes | str, at: int) -> int:
+    """The 1-based line of offset `at`, numbered as an editor does (`\\n`, `\\r\\n`, `\\r`)."""
+    nl, cr = ("\n", "\r") if isinstance(data, str) else (b"\n", b"\r")
+    head = data[:at]
+    return head.count(nl) + head.count(cr) - head.count(cr + nl) + 1
+
+
 def null_error(path: Path, data: bytes, at: int, encoding: str) -> ValueError:
     """A null byte at offset `at` of a file that reads as `encoding`: damaged, or not text."""
-    line = data.count(b"\n", 0, at) + 1
+    line = line_at(data, at)
     return ValueError(
         f"{path} line {line}: null byte (0x00) at byte {at} of a file that reads as {encoding}: "
         "text files hold none (a damaged or partly zero-filled download, a binary file, or "

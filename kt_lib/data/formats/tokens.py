@@ -25,12 +25,14 @@ import numpy as np
 import pandas as pd
 
 from ..dataset import StudentSeq
-from .sniff import null_error, sniff, wide_error
+from .sniff import line_at, null_error, sniff, wide_error
 
 PathLike = str | os.PathLike
 
-_INT = re.compile(r"\s*[+-]?[0-9]+\s*")  # the integer syntax of every file: sign and ASCII digits
-_NOT_INT_CHAR = re.compile(r"[^0-9+\-\s]")  # int() and numpy also take `1_0` and non-ASCII digits
+# the integer syntax of every file: sign, ASCII digits, blanks around (spaces and tabs: `\s`
+# would let through the control characters U+001C-U+001F, which int() takes and numpy refuses)
+_INT = re.compile(r"[ \t]*[+-]?[0-9]+[ \t]*")
+_NOT_INT_CHAR = re.compile(r"[^0-9+\- \t]")  # int() and numpy also take `1_0` and non-ASCII digits
 _INT64 = np.iinfo(np.int64)
 
 
@@ -50,7 +52,7 @@ def _read_text(path: Path) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        line = e.object.count(b"\n", 0, e.start) + 1
+        line = line_at(e.object, e.start)
         bad = e.object[e.start : e.end]
         raise ValueError(f"{path} line {line}: bytes {bad!r} are not valid UTF-8") from None
 
@@ -117,6 +119,8 @@ def _check_ids(v, where: _Where, what: str, base: int, vocab: int | None, vocab_
     why = "1-based; 0-based files need one_based=False or None" if base == 1 else "0-based"
     where.first(v < base, v, f"{what} '{{v}}' is below {base} (ids are {why})")
     if vocab is not None:
+        if isinstance(vocab, bool) or not isinstance(vocab, int | np.integer) or vocab < 0:
+            raise ValueError(f"{vocab_name}: a declared size is a whole number >= 0")
         msg = f"{what} '{{v}}' is beyond the declared vocabulary {vocab_name}"
         where.first(v >= vocab + base, v, msg)
 
