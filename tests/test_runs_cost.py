@@ -30,6 +30,20 @@ def test_cells_cost_a_left_run_from_its_cell_then_its_model_then_every_run():
     assert got["b", "akt"]["left"] == 0 and got["b", "akt"]["hours_left"] == 0
 
 
+def test_a_narrowed_plan_counts_its_own_rows_done_and_prices_from_every_row():
+    """`status --first 1` said a cell had every fold of the file done (a review): `done` counts
+    the narrowed plan's keys, the price still reads all the cell's runs."""
+    rows = [
+        {"dataset": "a", "model": "dkt", "wall_seconds": 60 * k, "run_key": f"a/dkt/{k}"}
+        for k in (1, 2, 3)
+    ]
+    left = [{"dataset": "a", "model": "dkt"}]
+    (narrow,) = cost.cells(rows, left, keys={"a/dkt/1"})
+    (whole,) = cost.cells(rows, left)
+    assert (narrow["done"], whole["done"]) == (1, 3)
+    assert narrow["run_min"] == whole["run_min"] == 2
+
+
 def test_a_left_run_costs_what_runs_on_its_device_kind_cost():
     rows = [
         {"dataset": "a", "model": "dkt", "wall_seconds": 30, "device_name": "NVIDIA H100"},

@@ -323,10 +323,12 @@ def test_retire_moves_rows_a_fix_made_wrong_and_the_study_plans_them_again(tmp_p
     (here and parked) go, so a rerun cannot resume the old code's run; `--before` keeps rows
     made after the fix; bad requests are refused by name."""
     study = _tiny_study(tmp_path)
-    study = dataclasses.replace(study, seeds=(0, 1))
+    study = dataclasses.replace(study, seeds=(0, 1, 2))
     data = tmp_path / "data"
     plan = study.plan(data)
-    assert len(plan) == 2
+    assert len(plan) == 3
+    flying = leaderboard_module.checkpoint_name(plan[2]["key"])  # seed 2: unfinished
+    plan_all, plan = plan, plan[:2]
     own, into = tmp_path / "tiny.json", tmp_path / "retired" / "tiny.json"
     dates = ("2026-11-27T05:00:00+00:00", "2026-11-28T15:00:00+00:00")  # before / after a fix
     rows = [
@@ -339,9 +341,12 @@ def test_retire_moves_rows_a_fix_made_wrong_and_the_study_plans_them_again(tmp_p
     name = leaderboard_module.checkpoint_name(rows[0]["run_key"])
     for folder in (ck / "tiny", parked / "tiny"):
         folder.mkdir(parents=True)
-        for f in (f"{name}_last.pt", f"{name}_last.json", f"{name}_best.pt"):
-            (folder / f).write_text("old")
-    kw = dict(path=own, into=into, checkpoints=ck, parked_root=parked)
+        for run in (name, flying):
+            for f in (f"{run}_last.pt", f"{run}_best.pt"):
+                (folder / f).write_text("old")
+            (folder / f"{run}_last.json").write_text(json.dumps({"epoch": 1}))
+    kw = dict(path=own, into=into, checkpoints=ck, parked_root=parked, data_root=data)
+    assert studies.in_flight_of(study, ["dkt"], None, own, data, ck, parked) == [flying]
     assert studies.retire(study, ["dkt"], None, "why", None, dry_run=True, **kw) == rows
     assert json.loads(own.read_text())["results"] == rows and not into.exists()  # dry run
 
@@ -351,9 +356,11 @@ def test_retire_moves_rows_a_fix_made_wrong_and_the_study_plans_them_again(tmp_p
     (kept,) = json.loads(into.read_text())["results"]
     assert kept["run_key"] == rows[0]["run_key"] and kept["retired"]["reason"] == "bank fix"
     assert kept["retired"]["on"] and kept["retired"]["commit"]
+    # the unfinished run's epochs go too: they may be the old code's (a review)
     assert not list((ck / "tiny").iterdir()) and not list((parked / "tiny").iterdir())
     rows_done, left, _ = studies.status(study, data, own)
-    assert [p["key"] for p in left] == [rows[0]["run_key"]] and len(rows_done) == 1
+    assert [p["key"] for p in left] == [rows[0]["run_key"], plan_all[2]["key"]]
+    assert len(rows_done) == 1
     # retired again after a cut between the writes: not doubled
     own.write_text(json.dumps({"args": {}, "protocol": "", "results": rows}))
     studies.retire(study, ["dkt"], None, "bank fix", "2026-11-28T12:00", **kw)

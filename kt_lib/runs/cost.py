@@ -76,11 +76,16 @@ def run_cost(
 
 
 def cells(
-    rows: list[dict], left: list[dict], kind: str = "cpu", pool: list[dict] | tuple = ()
+    rows: list[dict],
+    left: list[dict],
+    kind: str = "cpu",
+    pool: list[dict] | tuple = (),
+    keys: set[str] | None = None,
 ) -> list[dict]:
     """Per (dataset, model) cell: runs done and left, the cost of one run on a device of `kind`
     (`pool`: the other studies' runs, see `run_cost`) and its basis, and the hours left, in plan
-    order (cells with nothing left last)."""
+    order (cells with nothing left last). `keys`: the run keys of a narrowed plan (`--first`):
+    `done` counts those rows only, while every row prices."""
     order = list(dict.fromkeys([(p["dataset"], p["model"]) for p in left]
                                + [(r["dataset"], r["model"]) for r in rows]))  # fmt: skip
     out = []
@@ -89,7 +94,11 @@ def cells(
         n_left = len(mine)
         base, epochs = (mine[0].get("base"), mine[0].get("epochs")) if mine else (None, None)
         cost, basis = run_cost(rows, dataset, model, kind, pool, base, epochs)
-        done = sum((r["dataset"], r["model"]) == (dataset, model) for r in rows)
+        done = sum(
+            (r["dataset"], r["model"]) == (dataset, model)
+            and (keys is None or r.get("run_key") in keys)
+            for r in rows
+        )
         # a run resumed from an epoch checkpoint ("in_flight": its epochs left, at most, at
         # its own pace) costs that instead
         flying = [p["in_flight"] for p in mine if "in_flight" in p]

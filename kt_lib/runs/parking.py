@@ -30,7 +30,8 @@ from .study import CHECKPOINTS, RESULTS
 
 PARKED = RESULTS / "inflight"  # committed: the epoch checkpoints of runs still in flight
 KINDS = ("last", "best")  # the pairs a resumed run reads (train.fit: `_last`, then `_best`)
-MAX_MB = 8.0  # a parked run's files at most this size (git holds every parked version)
+MAX_MB = 1.0  # a parked run's files at most this size, MiB: a tracked file stays under 1 MiB
+# (git holds every parked version; a larger run stays behind, and `park` names it)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,7 +34,7 @@ from .declared import DECLARED
 from .execute import ExecConfig
 from .experiment import at_least_one
 from .leaderboard import checkpoint_name, run_plan
-from .parking import PARKED, drop, in_flight, park, parked, price_in_flight, unpark
+from .parking import MAX_MB, PARKED, drop, in_flight, park, parked, price_in_flight, unpark
 from .record import now
 from .results import finished_runs, read_runs, retire_runs
 from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study  # noqa: F401
@@ -118,14 +118,34 @@ def run(
         )
 
 
+def in_flight_of(
+    study: Study, models, datasets, path=None, data_root=DATA_ROOT, checkpoints=CHECKPOINTS,
+    parked_root=PARKED,
+) -> list[str]:  # fmt: skip
+    """Checkpoint names of the unfinished runs of `study` on `models` x `datasets` that hold an
+    epoch checkpoint here or parked: what `retire` drops with the rows."""
+    finished = set(finished_runs(Path(path or study.path)))
+    names = {
+        checkpoint_name(p_["key"])
+        for p_ in study.only(models, datasets).plan(data_root)
+        if p_["key"] not in finished
+    }
+    held = {r.name for r in in_flight(study.name, checkpoints)}
+    held |= {r.name for r in parked(study.name, parked_root)}
+    return sorted(names & held)
+
+
 def retire(
     study: Study, models, datasets, reason: str, before: str | None, path=None, into=None,
-    dry_run: bool = False, checkpoints=CHECKPOINTS, parked_root=PARKED,
+    dry_run: bool = False, checkpoints=CHECKPOINTS, parked_root=PARKED, data_root=DATA_ROOT,
 ) -> list[dict]:  # fmt: skip
     """Move the finished rows of `study` on `models` x `datasets` (None: any), dated before
     `before` (an ISO time; None: any), to `into` (default `study.retired_path`) with
     `reason`, the date and the commit, and remove their epoch checkpoints (here and parked);
-    the study then plans those runs again. `dry_run`: only return them."""
+    the study then plans those runs again. The epoch checkpoints of those cells' unfinished runs
+    go too (`in_flight_of`), whatever `before` says: an epoch records no commit, so a run in
+    flight may hold the old code's epochs and, resumed, land as a row dated after the fix.
+    `dry_run`: only return the rows."""
     if not reason.strip():
         raise ValueError("--reason: say why these rows are retired (it is stored with them)")
     if not models and not datasets:
@@ -152,8 +172,8 @@ def retire(
         return chosen
     # the checkpoints first (repeatable): a cut after the rows moved must not leave an epoch
     # checkpoint of the old code for the rerun to resume from
-    for r in chosen:
-        name = checkpoint_name(r["run_key"])
+    flying = in_flight_of(study, models, datasets, path, data_root, checkpoints, parked_root)
+    for name in [checkpoint_name(r["run_key"]) for r in chosen] + flying:
         remove_checkpoint(Path(checkpoints) / study.name / name)
         drop(study.name, name, parked_root)
     note = {"reason": reason, "on": now(), "commit": git_commit()}
@@ -212,6 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--before", default=None, help="only rows dated before this ISO time (UTC)")
     t.add_argument("--reason", required=True, help="why (stored with each row)")
     t.add_argument("--dry-run", action="store_true", help="list the rows, move nothing")
+    t.add_argument("--data-root", default=str(DATA_ROOT))
     for cmd in ("status", "run"):
         s = sub.add_parser(cmd)
         s.add_argument("name", choices=sorted(STUDIES))
@@ -258,9 +279,13 @@ def main(argv: list[str] | None = None) -> None:
     study = declared = get(a.name)
     if a.cmd == "retire":
         try:
-            moved = retire(study, a.models, a.datasets, a.reason, a.before, dry_run=a.dry_run)
+            flying = in_flight_of(study, a.models, a.datasets, data_root=a.data_root)
+            moved = retire(study, a.models, a.datasets, a.reason, a.before, dry_run=a.dry_run,
+                           data_root=a.data_root)  # fmt: skip
         except ValueError as e:
             p.error(str(e))
+        for name in flying:  # they may hold the old code's epochs
+            print(f"{'would drop' if a.dry_run else 'dropped'} the epoch checkpoint of {name}")
         for r in moved:
             print(
                 f"{'would retire' if a.dry_run else 'retired'} {r['dataset']} {r['model']} "
@@ -304,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
         for r in kept:
             print(f"parked {r.line()}")
         for r in big:
-            print(f"not parked (over the size cap): {r.line()}")
+            print(f"not parked (over the {MAX_MB:g} MiB cap of a tracked file): {r.line()}")
         print(f"{len(kept)} run(s) in results/inflight/{study.name}/: commit them")
         return
     if a.cmd == "render":
@@ -334,7 +359,9 @@ def main(argv: list[str] | None = None) -> None:
 
             torch.set_num_threads(a.threads)
         rows, left, eta = status(study, a.data_root, a.out, a.device, pool)
-        print(f"{study.name}: {len(rows)} runs done, {len(left)} left; ETA {fmt_eta(eta)}")
+        keys = {p_["key"] for p_ in study.plan(a.data_root)}  # the narrowed plan's
+        done = sum(r.get("run_key") in keys for r in rows)
+        print(f"{study.name}: {done} runs done, {len(left)} left; ETA {fmt_eta(eta)}")
         run(study, a.data_root, a.device, execution, a.out, progress=sys.stderr.isatty())
     rows, left, eta = status(study, a.data_root, a.out, a.device, pool)
     # the cells the narrowed (--models, --datasets, --first) study plans; costs read every run
@@ -346,7 +373,7 @@ def main(argv: list[str] | None = None) -> None:
     planned = {(r["dataset"], r["model"]) for r in mine} | {
         (p_["dataset"], p_["model"]) for p_ in left
     }
-    for c in cells(rows, left, kind, pool):
+    for c in cells(rows, left, kind, pool, keys):
         if (c["dataset"], c["model"]) not in planned:
             continue
         cost = "-" if math.isnan(c["run_min"]) else f"{c['run_min']:.0f}"
