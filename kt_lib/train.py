@@ -265,7 +265,17 @@ def _resumable(cfg: TrainConfig) -> bool:
     last = _prefix(cfg, "last").with_suffix(".json")
     if not last.exists():
         return False
-    best_epoch, best = load_json(last).get("best_epoch", -1), _prefix(cfg, "best")
+    meta = load_json(last)
+    made = {k: meta[k] for k in _made_on(cfg) if k in meta}  # older checkpoints: not recorded
+    if made and made != _made_on(cfg):  # one run's epochs on one kind of device, one precision
+        warnings.warn(
+            f"{last}: its epochs ran on {made} and this run is on {_made_on(cfg)}; the run "
+            "starts from epoch 0 (a run of two devices' epochs would land as one device's row)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return False
+    best_epoch, best = meta.get("best_epoch", -1), _prefix(cfg, "best")
     if best_epoch >= 0 and not best.with_suffix(".pt").exists():
         warnings.warn(
             f"{last}: its best epoch ({best_epoch}) has no {best.with_suffix('.pt')}; the run "
@@ -275,6 +285,12 @@ def _resumable(cfg: TrainConfig) -> bool:
         )
         return False
     return True
+
+
+def _made_on(cfg: TrainConfig) -> dict:
+    """What an epoch checkpoint records of where its epochs ran: the device kind and precision."""
+    precision = resolve_precision(cfg.precision, cfg.device)
+    return {"device_kind": torch.device(cfg.device).type, "precision": precision}
 
 
 def _prefix(cfg: TrainConfig, kind: str) -> Path:
@@ -427,6 +443,7 @@ def _fit(
                         "best_metric": best["metric"],
                         "best_epoch": best["epoch"],
                         "seconds": earlier + time.perf_counter() - t0,
+                        **_made_on(cfg),
                     },
                 )
             if waited >= cfg.patience:

@@ -3,6 +3,9 @@ the optimizer built from the model's groups."""
 
 from __future__ import annotations
 
+import json
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -332,6 +335,37 @@ def test_a_resumed_run_whose_best_weights_are_gone_starts_afresh(tmp_path):
         again = run(checkpoint=prefix, resume=True)
     assert again.best_epoch == straight.best_epoch and len(again.history) == 2
     assert again.best_metric == pytest.approx(straight.best_metric)
+
+
+def test_epochs_of_another_device_kind_or_precision_are_not_resumed(tmp_path):
+    """A run's epochs come from one kind of device at one precision: a checkpoint carried from
+    this CPU to a GPU (or resumed in bf16) would land as a row of the second alone, paired and
+    priced as such (a review). The run starts afresh, with a warning naming both."""
+    data = make_tiny_dataset(5, 0)
+    prefix = str(tmp_path / "run")
+    kw = dict(epochs=2, patience=9, progress=False, checkpoint=prefix)
+
+    def run(**more):
+        torch.manual_seed(0)
+        return fit(build_model("dkt", preset="tiny", num_c=5), data, data, **{**kw, **more})
+
+    run(epochs=1)
+    last = tmp_path / "run_last.json"
+    meta = json.loads(last.read_text())
+    assert (meta["device_kind"], meta["precision"]) == ("cpu", "fp32")
+    last.write_text(json.dumps({**meta, "device_kind": "cuda", "precision": "tf32"}))
+    with pytest.warns(RuntimeWarning, match=r"ran on \{'device_kind': 'cuda', 'precision': "):
+        again = run(resume=True)
+    assert list(again.history["epoch"]) == [0, 1]  # from epoch 0, not from the carried epoch 1
+    # a checkpoint from before the record: resumed as it was (nothing to compare)
+    meta = json.loads(last.read_text())
+    older = {k: v for k, v in meta.items() if k not in ("device_kind", "precision")}
+    last.write_text(json.dumps(older))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        resumed = run(resume=True, epochs=3)
+    assert list(resumed.history["epoch"]) == [0, 1, 2]
+    assert resumed.history.attrs["earlier_seconds"] > 0  # epochs 0-1 came from the checkpoint
 
 
 def test_a_second_process_cannot_train_the_same_checkpointed_run(tmp_path):
