@@ -184,7 +184,15 @@ def test_two_cpu_models_pair_but_a_gpu_and_a_cpu_do_not():
     ]
     res = paired_comparison(pd.DataFrame(rows), "a", "b")
     assert res.n_pairs == 2 and res.mean_diff == pytest.approx(0.005)
-    assert "1 pair(s) across devices left out" in res.note
+    assert "1 pair(s) across devices left out" in res.note and "pairs from" not in res.note
+    # each pair on one kind, the row pooling both kinds: said in the note (a review)
+    rows += [
+        {"dataset": "d", "model": m, "fold": 0, "seed": 3, "test_auc": v,
+         "device_name": "NVIDIA H100 80GB HBM3"}
+        for m, v in (("a", 0.83), ("b", 0.85))
+    ]  # fmt: skip
+    res = paired_comparison(pd.DataFrame(rows), "a", "b")
+    assert res.n_pairs == 3 and "pairs from 2 cpu, 1 gpu" in res.note
 
 
 def test_a_run_of_unknown_device_pairs_with_nothing():
@@ -204,7 +212,15 @@ def test_a_run_of_unknown_device_pairs_with_nothing():
 def test_losses_and_error_rates_are_lower_is_better_under_every_name():
     """`test_logloss` (every run stores it) and seed 002's `test_large_error` were read as
     higher-is-better, so a pair named the model with the worse loss the better one."""
-    for m in ("test_logloss", "valid_logloss", "test_large_error", "test_rmse@pos1-10"):
+    for m in (
+        "test_logloss",
+        "valid_logloss",
+        "test_large_error",
+        "test_rmse@pos1-10",
+        "train_seconds",
+        "wall_seconds",
+        "params",
+    ):  # fmt: skip  (costs: --pair-metric)
         assert lower_is_better(m), m
     for m in ("test_auc", "test_acc", "test_qwk", "test_auc@lenq1"):
         assert not lower_is_better(m), m

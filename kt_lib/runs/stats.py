@@ -28,8 +28,12 @@ from scipy import stats as st
 from ..provenance import device_kind
 from .tables import to_markdown
 
-# metric names (or name parts) where less is better: the error and loss figures a run stores
-LOWER_IS_BETTER = ("rmse", "mae", "loss", "logloss", "ece", "brier", "large_error")
+# metric names (or name parts) where less is better: the error and loss figures a run stores,
+# and its costs (time, size), which `--pair-metric` may name too
+LOWER_IS_BETTER = (
+    "rmse", "mae", "loss", "logloss", "ece", "brier", "large_error",
+    "seconds", "params", "mb",
+)  # fmt: skip
 NONE_KEY = "<none>"  # stands for a missing key value (fold None of a run without folds)
 
 
@@ -150,6 +154,7 @@ def paired_comparison(
         across = (pairs["_device_a"] != pairs["_device_b"]).to_numpy() & ~blind
         crossed, unknown = int(across.sum()), int(blind.sum())
         pairs = pairs[~(across | blind)]
+    kinds = sorted(set(pairs["_device_a"])) if "_device_a" in pairs else []
     n = len(pairs)
     xa, xb = pairs["_value_a"].to_numpy(), pairs["_value_b"].to_numpy()
     d = xa - xb
@@ -187,6 +192,9 @@ def paired_comparison(
             f"{unknown} pair(s) with a run of unknown device left out (no device_name: the "
             "pair cannot be shown to come from one device kind)"
         )
+    if len(kinds) > 1:  # each pair on one kind, but the row pools pairs of several
+        counts = pairs["_device_a"].value_counts()
+        notes.append("pairs from " + ", ".join(f"{counts[k]} {k}" for k in kinds))
     if unmatched[a] or unmatched[b]:
         notes.append(f"unmatched runs: {unmatched[a]} of {a}, {unmatched[b]} of {b}")
     if failed:
