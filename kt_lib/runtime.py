@@ -68,12 +68,23 @@ def cpu_has_bf16() -> bool:
 
 
 def check_device(device: str) -> None:
-    """Refuse a CUDA device on a machine without one, before any data is read (torch would fail
-    at the first tensor moved, after the data were loaded)."""
+    """Refuse a device this machine cannot train on, before any data is read (torch would fail
+    at the first tensor moved, after the data were loaded; a study would record every run as a
+    failed row): a name that is no torch device, a kind other than cpu and cuda, CUDA on a
+    machine without one, or a CUDA index past its devices."""
     import torch
 
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise ValueError(f"device {device!r} is not a device name (cpu, cuda, cuda:N)") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r}: the workbook trains on cpu or cuda")
+    if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r}: this machine has no CUDA device (use --device cpu)")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"device {device!r}: this machine has {torch.cuda.device_count()} CUDA "
+                         "device(s)")  # fmt: skip
 
 
 def resolve_precision(precision: str | None, device: str) -> str:

@@ -319,3 +319,14 @@ def test_each_storage_has_its_own_checkpoint_folder():
     assert default == budget.CHECKPOINTS / "budget" / "simakt"
     other = budget._checkpoints(SIMAKT, "sqlite:///elsewhere.db")
     assert other.parent == default and other != budget._checkpoints(SIMAKT, "sqlite:///x.db")
+
+
+@pytest.mark.parametrize("command", [["search", "simakt", "--trials", "1"]])
+def test_a_device_it_cannot_use_is_refused_before_a_trial(tmp_path, command, capsys):
+    """A trial failed on a bad device counted as ended: each attempt spent one of the label's
+    trials and wrote a failed trial into the record (a review)."""
+    storage = f"sqlite:///{tmp_path / 'trials.db'}"
+    with pytest.raises(SystemExit) as exc:
+        budget.main([*command, "--device", "cdua", "--storage", storage])
+    assert exc.value.code == 2 and "'cdua' is not a device name" in capsys.readouterr().err
+    assert not (tmp_path / "trials.db").exists()

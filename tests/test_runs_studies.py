@@ -410,3 +410,12 @@ def test_render_names_the_retired_rows_and_why(tmp_path, monkeypatch):
     text = studies.render(study)
     assert "(`results/retired/tiny.json`, not in the tables above): tiny dkt (1). " in text
     assert text.rstrip().endswith("Why: a fix")
+
+
+def test_run_refuses_a_device_it_cannot_use_before_any_row(tmp_path, capsys):
+    """Every planned run failed on it and landed as a failed row, exit 0 (a review)."""
+    out = tmp_path / "mine.json"
+    with pytest.raises(SystemExit) as exc:
+        studies.main(["run", "pairs", "--device", "cdua", "--out", str(out)])
+    assert exc.value.code == 2 and "'cdua' is not a device name" in capsys.readouterr().err
+    assert not out.exists()

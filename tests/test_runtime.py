@@ -57,3 +57,18 @@ def test_auto_precision_is_bf16_only_on_a_cpu_that_multiplies_bf16(monkeypatch):
     with pytest.raises(ValueError, match="precision must be one of"):
         runtime.resolve_precision("fp8", "cpu")
     assert isinstance(real.__wrapped__(), bool)  # reads this machine's flags
+
+
+def test_check_device_refuses_what_this_machine_cannot_train_on():
+    from kt_lib.runtime import check_device
+
+    check_device("cpu")
+    for bad, says in [("cdua", "is not a device name"), ("meta", "trains on cpu or cuda")]:
+        with pytest.raises(ValueError, match=says):
+            check_device(bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            check_device("cuda:0")
+    else:
+        with pytest.raises(ValueError, match="CUDA device"):
+            check_device(f"cuda:{torch.cuda.device_count()}")

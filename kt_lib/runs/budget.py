@@ -48,6 +48,7 @@ from ..data.prepare import prepare as prepare_raw
 from ..fileio import atomic_write_text, short_digest
 from ..heads.simakt_config import load_simakt_config
 from ..provenance import ROOT
+from ..runtime import check_device
 from ..train import TrainConfig
 from .execute import exit_with_parent
 from .labels import search_side_by_side
@@ -378,6 +379,10 @@ def main(argv: list[str] | None = None) -> None:
     if a.cmd == "search":
         if a.trials < 1 or a.workers < 1:
             p.error(f"--trials {a.trials} --workers {a.workers}: each must be >= 1")
+        try:  # a trial failed on a bad device counts as ended: one of the label's budget gone
+            check_device(a.device)
+        except ValueError as e:
+            p.error(str(e))
         labels = a.labels or list(budget.labels)
         for label in labels:
             budget.label_of(label)  # an unknown label fails before any trial

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from ..checkpoint import remove_checkpoint
 from ..provenance import ROOT, git_commit
+from ..runtime import check_device
 from .cost import cells, fmt_eta, kind_hours, run_cost
 from .declared import DECLARED
 from .execute import ExecConfig
@@ -345,6 +346,11 @@ def main(argv: list[str] | None = None) -> None:
         for page in write_blocks(block, text, pages):
             print(f"wrote {page.relative_to(ROOT)}")
         return
+    if a.cmd == "run":  # before the data, the unparking and the first (failed) row
+        try:
+            check_device(a.device)
+        except ValueError as e:
+            p.error(str(e))
     pool = other_studies_runs(study.name)
     if a.out and Path(a.out).resolve() != study.path.resolve():  # the study's own rows price too
         pool += [r for r in read_runs(study.path) if not r.get("error")]
