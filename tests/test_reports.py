@@ -339,3 +339,9 @@ def test_inplace_replaces_a_notebook_only_after_its_run_succeeds(tmp_path, monke
         assert done["cells"][0]["source"] == ["ran"]
         assert done["metadata"]["papermill"]["output_path"] == "01_x.ipynb"  # not the dot-file
         assert not (path.parent / ".01_x.running.ipynb").exists()
+
+
+def test_check_refuses_a_set_name_its_plan_does_not_read():
+    """`kt report check --set modles=[dkt]` dry-ran the default plan, the typo dropped."""
+    with pytest.raises(SystemExit, match=r"--set \['epochs', 'modles'\]: not a parameter of"):
+        reports.check("quick", {"modles": ["dkt"], "epochs": 3})

@@ -358,6 +358,12 @@ def check(profile: str = "quick", overrides: dict | None = None):
     plan notebook 10 trains, built by `runs.plan.profile_plan`); prints the table and returns
     it."""
     prof = load_profile(profile)
+    unknown = sorted(set(overrides or {}) - set(PROFILE_DEFAULTS))
+    if unknown:  # a misspelt name, or a setting of the training the dry run does not do
+        raise SystemExit(
+            f"--set {unknown}: not a parameter of the plan that `check` builds; its "
+            f"parameters are {sorted(PROFILE_DEFAULTS)}"
+        )
     params = {**(prof.get("common") or {}), **(prof.get(COMPARE.stem) or {}), **(overrides or {})}
     plan = profile_plan(params)
     max_len = params.get("max_len", PROFILE_DEFAULTS["max_len"])
