@@ -4,6 +4,7 @@ variants and per-dataset fields, the dry run, and results files read back as tab
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import numpy as np
@@ -79,6 +80,15 @@ def test_leaderboard_workers_fill_the_results_file(tmp_path, capsys):
     assert "| sakt - dkt |" in out and "Wilcoxon p" in out and "wall s" in out
     with pytest.raises(SystemExit, match="nope"):
         leaderboard_main([str(path), "--pairs", "sakt:nope"])
+    # named settings that would act on nothing are refused, not dropped (a review)
+    for argv, says in [
+        (["--metrics", "test_auc", "test_acuracy"], r"--metrics \['test_acuracy'\]: no run"),
+        (["--pair-metric", "test_acc"], "give --pairs A:B too"),
+        (["--digits", "-2"], "--digits -2: must be >= 0"),
+    ]:
+        with pytest.raises(SystemExit):
+            leaderboard_main([str(path), *argv])
+        assert re.search(says, capsys.readouterr().err), argv
 
 
 def _results_file(path, data_dir, fold, aucs, model="dkt"):

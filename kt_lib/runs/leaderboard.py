@@ -198,7 +198,12 @@ def check_plan(
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("files", nargs="+", help="results JSON files of kt run")
-    p.add_argument("--metrics", nargs="+", default=list(METRICS))
+    p.add_argument(
+        "--metrics",
+        nargs="+",
+        default=None,
+        help=f"columns to show (default: those of {list(METRICS)} the files hold)",
+    )
     p.add_argument("--digits", type=int, default=4)
     p.add_argument("--no-published", action="store_true", help="leave out the published AUCs")
     p.add_argument(
@@ -216,8 +221,12 @@ def main(argv: list[str] | None = None) -> None:
         help="paired comparisons per dataset (runs matched on fold and seed), e.g. "
         "simakt:dtransformer idkt:akt",
     )
-    p.add_argument("--pair-metric", default="test_auc", help="metric of --pairs")
+    p.add_argument("--pair-metric", default=None, help="metric of --pairs (default test_auc)")
     a = p.parse_args(argv)
+    if a.digits < 0:
+        p.error(f"--digits {a.digits}: must be >= 0")
+    if a.pair_metric is not None and not a.pairs:  # a setting that would act on nothing
+        p.error("--pair-metric names the metric of --pairs: give --pairs A:B too")
     if a.merge_into:
         try:
             n = merge_files(a.files, a.merge_into)
@@ -226,14 +235,20 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{a.merge_into}: {n} runs")
         a.files = [a.merge_into]
     table = load_results(a.files)
-    board = leaderboard(table, a.metrics, a.digits, published=not a.no_published)
+    missing = sorted(set(a.metrics or ()) - set(table.columns))
+    if missing:  # named ones: a misspelt name is not left out unseen (the default filters)
+        have = sorted(
+            c for c in table.columns if c.startswith(("test_", "valid_")) and "@" not in c
+        )
+        p.error(f"--metrics {missing}: no run of {a.files} has it; they have {have}")
+    board = leaderboard(table, a.metrics or list(METRICS), a.digits, published=not a.no_published)
     print(to_markdown(board))
     print()
     for _, row in protocols(table).iterrows():
         print(f"- {row['dataset']} ({row.get('preset', '')}): {row['protocol']}")
     if a.pairs:
         try:
-            pairs = compare_pairs(table, a.pairs, a.pair_metric, per="dataset")
+            pairs = compare_pairs(table, a.pairs, a.pair_metric or "test_auc", per="dataset")
         except (KeyError, ValueError) as exc:
             raise SystemExit(f"--pairs: {exc}") from exc
         print()
