@@ -303,3 +303,12 @@ def test_bank_sizes_shrink_to_the_banks_that_short_logs_leave(recwarn):
     (notice,) = [w for w in recwarn if "shrink to fit" in str(w.message)]
     assert "n_clusters -> " in str(notice.message) and "memory_size" not in str(notice.message)
     assert model.banks() and all(len(bl) == 2 for bl in model.banks().values())  # one per fold
+
+
+def test_contrastive_settings_with_the_loss_off_are_refused():
+    """`--set lambda_cl=0.5` on a run without the contrastive loss trained the plain model under
+    a new run key, as if it were another configuration (a review)."""
+    for field, value in (("lambda_cl", 0.5), ("cl_temperature", 0.1), ("hard_neg", False)):
+        with pytest.raises(ValueError, match=f"{field}=.*contrastive loss, which is off"):
+            build_model("dtransformer", num_c=NUM_C, **SIZES, **{field: value})
+        build_model("dtransformer", num_c=NUM_C, **SIZES, contrastive=True, **{field: value})

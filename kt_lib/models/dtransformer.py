@@ -39,6 +39,9 @@ from .base import BaseConfig, KTModel, ModelOutput, register
 MIN_SEQ_LEN = 5  # DTransformer: shorter rows are left alone by key hiding and augmentation
 
 
+CL_FIELDS = ("lambda_cl", "cl_temperature", "hard_neg")  # the contrastive loss's own settings
+
+
 @dataclass
 class DTransformerConfig(BaseConfig):
     """DTransformer sizes and options."""
@@ -67,6 +70,13 @@ class DTransformerConfig(BaseConfig):
         require(self.n_know >= 1, f"n_know must be >= 1, got {self.n_know}")
         require(self.d_fc >= 2, f"d_fc must be >= 2, got {self.d_fc}")
         require(self.cl_temperature > 0, f"cl_temperature must be > 0, got {self.cl_temperature}")
+        if (
+            not self.contrastive
+        ):  # read by the contrastive loss alone: set, they would act on nothing
+            moved = [f"{k}={getattr(self, k)!r}" for k in CL_FIELDS
+                     if getattr(self, k) != getattr(DTransformerConfig, k)]  # fmt: skip
+            require(not moved, f"{', '.join(moved)}: set for the contrastive loss, which is off "
+                               "(contrastive=True turns it on)")  # fmt: skip
 
 
 def sample_key_drop(valid: torch.Tensor, rate: float) -> torch.Tensor:
