@@ -143,6 +143,10 @@ def test_step1_approaches_and_inter_heads(approach, n, types):
         raw.pop("knn_config" if approach == "cluster" else "cluster_config")
     if n is not None:
         raw["inter_heads"] = n
+    if n == 0:  # no head: its sections act on nothing and are refused, not left unread
+        with pytest.raises(ValueError, match=r"inter_heads 0 builds no inter-student head: \["):
+            load_simakt_config(raw)
+        raw = {k: v for k, v in raw.items() if k in ("approach", "inter_heads")}
     sim = load_simakt_config(raw)
     assert [h.type for h in sim.heads] == types
     assert sim.n_intra(8) == 8 - len(types)

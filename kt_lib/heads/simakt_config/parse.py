@@ -248,6 +248,14 @@ def parse_step1(data: dict, where: str, source: str) -> SimilarityConfig:
     n = _step1_inter(data, approach, where)
     if approach == "none" and ({"large_dataset", "small_dataset"} & set(data)):
         raise ValueError(f"{where}approach none has no head for large_dataset/small_dataset")
+    idle = sorted(set(data) & {*sections, "temporal_config", "memory"})
+    if data.get("lr_scaling") == "inverse_influence":  # LR_SCALINGS' one scaling (others:
+        idle.append("lr_scaling")  # refused as such when the config is checked)
+    if n == 0 and idle:  # never parsed: a typo in them would pass, and they act on nothing
+        raise ValueError(
+            f"{where}inter_heads 0 builds no inter-student head: {idle} act on nothing; remove "
+            "them, or give the approach its heads"
+        )
     types = DUAL if approach == "hybrid" else STEP1_APPROACHES[approach]
     uses = {f"{t}_config" for t in types}
     unused = sorted(k for k in ("cluster_config", "knn_config") if k in data and k not in uses)
