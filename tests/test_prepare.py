@@ -417,6 +417,39 @@ def test_reprepare_with_fewer_folds_leaves_no_file_of_the_old_split(tmp_path, ca
         res3.bundle(3, "pykt")
 
 
+def test_a_reprepare_stopped_midway_leaves_the_earlier_split_whole(tmp_path, monkeypatch):
+    """Files were written in place one by one: stopped midway, a folder held train files of one
+    seed beside test files of another, sharing students, and loaded without a word (a review).
+    Now everything is staged and moved in once written."""
+    from kt_lib.data.prepare import write as write_module
+
+    write_line3 = write_module.write_line3
+    raw = write_rows(tmp_path / "raw.csv", A15, _a15_rows())
+    out = tmp_path / "out"
+    first = prepare("assist2015", raw, out, seed=1024)
+    before = {f.relative_to(out): f.read_bytes() for f in out.rglob("*") if f.is_file()}
+    calls = []
+
+    def stop_at_the_third(*args, **kw):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return write_line3(*args, **kw)
+
+    monkeypatch.setattr(write_module, "write_line3", stop_at_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        prepare("assist2015", raw, out, seed=7)
+    after = {f.relative_to(out): f.read_bytes() for f in out.rglob("*") if f.is_file()}
+    assert after == before  # the first preparation, whole; no staging folder left
+    b = first.bundle(1, "lines")
+    test = {s.uid for s in b.test.students}
+    assert not test & {s.uid for s in b.train.students}
+    monkeypatch.undo()
+    again = prepare("assist2015", raw, out, seed=7)  # and a whole run still replaces it
+    assert record(again)["options"]["seed"] == 7
+    assert_layouts_agree(again, 5)
+
+
 def test_options_of_another_dataset_are_refused(tmp_path, capsys):
     raw = write_rows(tmp_path / "raw.csv", A15, _a15_rows())
     with pytest.raises(ValueError, match="max_users is an option of ednet only; assist2015 does"):

@@ -13,6 +13,9 @@ files. `DATASETS` names the readers; `prepare.json` records what was done.
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -110,6 +113,8 @@ def prepare(name: str, raw_path: str | Path, out_dir: str | Path, **options: Any
     the column; an `out_dir` that exists and is not a folder is refused before reading. An earlier
     preparation in `out_dir` is replaced: its pykt files and `prepare.json` are overwritten and
     its line files this one does not write are deleted (`write.remove_stale`); other files stay.
+    The new files are staged and moved in only once all are written: a preparation stopped
+    midway leaves the earlier one whole.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; known: {sorted(DATASETS)}")
@@ -128,12 +133,23 @@ def prepare(name: str, raw_path: str | Path, out_dir: str | Path, **options: Any
         log = DATASETS[name](raw_path, opts)
     seq = build(log, opts.min_seq_len, opts.seed, opts.test_frac, opts.n_folds)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "prepare.json").unlink(missing_ok=True)  # its absence marks a folder being written
-    # an earlier preparation's line files this one does not write (folds beyond n_folds, the
-    # other layout, another dataset): deleted, so no fold of an old split stays readable
-    remove_stale(out, DATASETS, {line_layout(seq): line_files(name, opts.n_folds)})
-    pykt_dir = write_pykt(seq, out, log.K)
-    line_dir = write_lines(seq, out, name, log.K, opts.n_folds)
+    # every file is written into a staging folder first and moved in only once all are written:
+    # a preparation stopped midway leaves the earlier one whole, never a mix of two splits
+    # (train of one seed beside test of another, sharing students)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=out))
+    try:
+        pykt_dir = out / write_pykt(seq, staging, log.K).name
+        line_dir = out / write_lines(seq, staging, name, log.K, opts.n_folds).name
+        (out / "prepare.json").unlink(missing_ok=True)  # its absence marks a folder being written
+        # an earlier preparation's line files this one does not write (folds beyond n_folds,
+        # the other layout, another dataset): deleted, so no fold of an old split stays readable
+        remove_stale(out, DATASETS, {line_layout(seq): line_files(name, opts.n_folds)})
+        for f in sorted(p for p in staging.rglob("*") if p.is_file()):
+            dst = out / f.relative_to(staging)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(f, dst)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     counts = {"rows_read": log.rows_read, "dropped": dict(log.dropped), **seq.counts}
     counts["folds"] = [int((seq.fold == k).sum()) for k in range(opts.n_folds)]
     record = {
