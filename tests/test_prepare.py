@@ -368,6 +368,20 @@ def test_rows_of_another_width_are_refused_or_skipped_and_counted(tmp_path, caps
     assert "fewer or more fields than the header (bad_rows='skip'): 1" in capsys.readouterr().out
     with pytest.raises(ValueError, match=r"bad_rows must be one of \['error', 'skip'\]"):
         prepare("assist2015", raw, tmp_path / "o", bad_rows="fill")
+    # a long FIRST data row: pandas cut every row to the header's width with one warning, and
+    # the file prepared as if clean (a review); R-style row names (a field more on every data
+    # row than the header names) read shifted by a column
+    lines = list(clean)
+    lines[1], lines[6] = lines[1] + ",9", lines[6] + ",9"
+    raw.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"line 2: 5 fields, but the header \(line 1\) has 4"):
+        prepare("assist2015", raw, tmp_path / "o", n_folds=2)
+    res = prepare("assist2015", raw, tmp_path / "o", n_folds=2, bad_rows="skip")
+    assert record(res)["counts"]["rows"] == 38 and record(res)["inputs"][0]["skipped_rows"] == 2
+    named = [clean[0]] + [f"{i}," + line for i, line in enumerate(clean[1:], start=1)]
+    raw.write_text("\n".join(named) + "\n")
+    with pytest.raises(ValueError, match=r"line 2: 5 fields, but the header \(line 1\) has 4"):
+        prepare("assist2015", raw, tmp_path / "o", n_folds=2)
 
 
 def test_auto_reads_the_pykt_subfolder_of_a_prepared_folder(tmp_path):

@@ -200,7 +200,10 @@ class RawTable:
                 i = int(np.argmax(bad))
                 raise self._width_error(int(rows[i, 0]), int(width[i]), names, i == len(rows) - 1)
             return
-        self.frame.index = np.flatnonzero(width <= len(names))  # pandas left out the long ones
+        if len(self.frame) == len(rows):  # pandas kept every row (cut to the header's width)
+            self.frame.index = np.arange(len(rows))
+        else:
+            self.frame.index = np.flatnonzero(width <= len(names))  # it left out the long ones
         self.frame = self.frame[width[self.frame.index] == len(names)]
         self.skipped = int(bad.sum())
 
@@ -274,6 +277,9 @@ def _read_frame(table: RawTable, keep: list[str], names: list[str]) -> pd.DataFr
             [c[cols] for c in chunks] or [pd.DataFrame(columns=cols, dtype=str)], ignore_index=True
         )
     long_rows = sum(len(re.findall(r"Skipping line \d+", str(w.message))) for w in caught)
+    # a long first data row: pandas cuts every row to the header's width with this warning
+    # alone, skipping none (a file with R-style row names reads shifted by a column so)
+    long_rows += any("Length of header or names does not match" in str(w.message) for w in caught)
     suspects = (frame[probe].isna() | (frame[probe] == "")).to_numpy()
     table.frame = frame[keep]
     table.check_widths(names, suspects, long_rows)
