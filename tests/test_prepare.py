@@ -498,3 +498,23 @@ def test_an_output_path_that_is_not_a_folder_is_refused_before_reading(tmp_path,
         prepare("assist2015", raw, tmp_path / "file")
     assert main(["prepare", "assist2015", str(raw), str(tmp_path / "file")]) == 2
     assert (tmp_path / "file").read_text() == "keep"
+
+
+def test_header_variants_read_as_the_clean_file_or_are_refused_by_name(tmp_path):
+    """Three variants crashed with a bare KeyError from pandas' own column names (a review): a
+    trailing delimiter on every line (the header's last name '' is pandas' 'Unnamed: 4'), a UTF-8
+    BOM before a latin-1 body (read as 'ï»¿user_id'), and a quoted tab-separated header."""
+    clean = write_rows(tmp_path / "clean.csv", A15, _a15_rows()).read_text().splitlines()
+    want = all_students(prepare("assist2015", tmp_path / "clean.csv", tmp_path / "c"))
+    trailing = tmp_path / "trailing.csv"
+    trailing.write_text("\n".join(line + "," for line in clean) + "\n")
+    assert all_students(prepare("assist2015", trailing, tmp_path / "t")) == want
+    bom = tmp_path / "bom.csv"  # a BOM, then a latin-1 byte that is no UTF-8
+    bom.write_bytes(b"\xef\xbb\xbf" + "\n".join(clean).encode() + b"\n" + b"99,1,caf\xe9,1\n")
+    read = prepare("assist2015", bom, tmp_path / "b")  # latin-1: the BOM is not a name's part
+    assert all_students(read) == want  # student 99's one row: under min_seq_len, dropped
+    assert record(read)["counts"]["rows_read"] == len(clean)
+    quoted = tmp_path / "quoted.txt"
+    quoted.write_text("\t".join(f'"{c}"' for c in A15) + "\n" + "\t".join('"1"' for _ in A15))
+    with pytest.raises(ValueError, match=r"quoted.txt line 1: quoted column names in a tab-"):
+        prepare("assist2015", quoted, tmp_path / "q")

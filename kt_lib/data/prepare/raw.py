@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from ..formats.sniff import decode_wide, null_error, sniff
 
 _ENCODINGS = ("utf-8", "latin-1")  # tried in order; latin-1 decodes any byte
+_PROBE = "\0probe"  # the frame's copy of each row's last field while it is read
 _CHUNK_ROWS = 500_000
 _BLOCK = 1 << 26  # bytes per block when counting the fields of each line
 _PROGRESS_BYTES = 50 << 20  # a progress bar for files above 50 MB
@@ -251,7 +252,6 @@ def _read_frame(table: RawTable, keep: list[str], names: list[str]) -> pd.DataFr
     the rows whose last column is empty (or missing) are checked against the file
     (`RawTable.check_widths`), and pandas' missing markers apply to the kept columns only.
     """
-    probe = names[-1]
     reader = pd.read_csv(
         table.path if table.data is None else io.BytesIO(table.data),
         encoding=table.codec,
@@ -264,7 +264,15 @@ def _read_frame(table: RawTable, keep: list[str], names: list[str]) -> pd.DataFr
         na_values={c: _NA for c in keep},
         on_bad_lines="error" if _BAD_ROWS.get() == "error" else "warn",
     )
-    cols = [*keep, *([] if probe in keep else [probe])]
+
+    def columns(c: pd.DataFrame) -> pd.DataFrame:
+        """`keep` and the probe of a chunk: the header's names as `names` has them (a BOM left
+        by the latin-1 fallback dropped), the probe by place (a header with a trailing
+        delimiter names its last column '', which pandas calls 'Unnamed: N')."""
+        first = str(c.columns[0])
+        c = c.rename(columns={c.columns[0]: first.removeprefix("\ufeff").removeprefix("ï»¿")})
+        return c[keep].assign(**{_PROBE: c.iloc[:, len(names) - 1]})
+
     with reader, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", pd.errors.ParserWarning)
         chunks = tqdm(
@@ -274,13 +282,14 @@ def _read_frame(table: RawTable, keep: list[str], names: list[str]) -> pd.DataFr
             disable=table.size < _PROGRESS_BYTES,
         )
         frame = pd.concat(
-            [c[cols] for c in chunks] or [pd.DataFrame(columns=cols, dtype=str)], ignore_index=True
+            [columns(c) for c in chunks] or [pd.DataFrame(columns=[*keep, _PROBE], dtype=str)],
+            ignore_index=True,
         )
     long_rows = sum(len(re.findall(r"Skipping line \d+", str(w.message))) for w in caught)
     # a long first data row: pandas cuts every row to the header's width with this warning
     # alone, skipping none (a file with R-style row names reads shifted by a column so)
     long_rows += any("Length of header or names does not match" in str(w.message) for w in caught)
-    suspects = (frame[probe].isna() | (frame[probe] == "")).to_numpy()
+    suspects = (frame[_PROBE].isna() | (frame[_PROBE] == "")).to_numpy()
     table.frame = frame[keep]
     table.check_widths(names, suspects, long_rows)
     return table.frame
@@ -336,6 +345,12 @@ def read_table(
     if not header.strip():
         raise ValueError(f"{path} line 1: empty header, expected columns {list(required)}")
     sep = sep or ("\t" if "\t" in header else ",")
+    if sep == "\t" and any(len(n) > 1 and n[0] == n[-1] == '"' for n in header.split(sep)):
+        raise ValueError(
+            f"{path} line 1: quoted column names in a tab-separated file; its fields are read "
+            "as written, without quote handling (the KDD Cup files' steps hold stray quotes): "
+            "save it without quotes"
+        )
     names = next(csv.reader([header], delimiter=sep))
     if missing := [c for c in required if c not in names]:
         raise ValueError(f"{path} line 1: missing column(s) {missing}; the header has {names}")
