@@ -55,7 +55,9 @@ class TrainConfig:
     grad_clip: float | None = 1.0  # max gradient norm (None: no clipping)
     # what one step's loss averages: "step" (the mean over the batch's scored steps) | "window"
     # (summed over each window's steps, averaged over windows: the DKVMN authors' loss, whose
-    # sums MXNet's SGD rescales by 1 / batch), i.e. the gradient times the scored steps per window
+    # sums MXNet's SGD rescales by 1 / batch), i.e. the gradient times the scored steps per
+    # window; "window" trains on shuffled batches of `batch_size` windows and so without length
+    # bucketing (`bucket` unused: it makes a batch's window count, and each step's weight, vary)
     loss_per: str = "step"
     optimizer: str = "adamw"  # adamw | sgd (with `momentum`: e.g. the DKVMN authors' recipe)
     momentum: float = 0.0  # SGD's momentum (sgd only)
@@ -83,6 +85,7 @@ class TrainConfig:
         """Ranges of every field, before any work (`fit` checks the types first, by `from_dict`)."""
         finite = lambda x: x is not None and math.isfinite(x)  # noqa: E731
         require(self.epochs >= 1, f"TrainConfig.epochs must be >= 1, got {self.epochs}")
+        require(self.seed >= 0, f"TrainConfig.seed must be >= 0, got {self.seed}")
         for name in ("batch_size", "eval_batch_size", "max_len", "patience"):
             v = getattr(self, name)
             require(v >= 1, f"TrainConfig.{name} must be >= 1, got {v}")
@@ -335,9 +338,9 @@ def _fit(
     if cfg.keep_freed_memory and cfg.device == "cpu":
         keep_freed_memory()
     model.to(cfg.device)
-    loader = BatchLoader(
-        train, cfg.batch_size, cfg.max_len, shuffle=True, seed=cfg.seed, bucket=cfg.bucket
-    )
+    bucket = 0 if cfg.loss_per == "window" else cfg.bucket  # whole batches of windows
+    loader = BatchLoader(train, cfg.batch_size, cfg.max_len, shuffle=True, seed=cfg.seed,
+                         bucket=bucket)  # fmt: skip
     step = torch.compile(model) if cfg.compile else model
     cuda = torch.device(cfg.device).type == "cuda"
     rows: list[dict] = []
@@ -452,7 +455,9 @@ def _fit(
     if best["state"] is not None:
         model.load_state_dict(best["state"])
         model.load_extra_state(best["extra"])
-    elif cfg.checkpoint and _prefix(cfg, "best").with_suffix(".pt").exists():
+    elif cfg.checkpoint and best["epoch"] >= 0 and _prefix(cfg, "best").with_suffix(".pt").exists():
+        # the best epoch came before a resume (a fresh run whose every score was NaN has none:
+        # a `_best` file there is another run's)
         _, tensors = load_checkpoint(_prefix(cfg, "best"), cfg.device)
         model.load_state_dict(tensors["model"])
         model.load_extra_state(tensors.get("extra", {}))

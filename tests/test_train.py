@@ -368,6 +368,52 @@ def test_epochs_of_another_device_kind_or_precision_are_not_resumed(tmp_path):
     assert resumed.history.attrs["earlier_seconds"] > 0  # epochs 0-1 came from the checkpoint
 
 
+def test_a_window_loss_trains_on_whole_batches_of_windows():
+    """loss_per="window" is the DKVMN authors' loss over batches of `batch_size` windows; length
+    bucketing made batches of 8 to 56 windows on Statics2011, so a step's weight was 1/8 to
+    1/56, not their 1/10 (a review). Bucketing is off for it: any `bucket` trains the same."""
+    data, valid = make_tiny_dataset(n=40, L=30, seed=0), make_tiny_dataset(n=10, seed=1)
+
+    def run(bucket):
+        torch.manual_seed(0)
+        model = build_model("dkt", preset="tiny", dataset=data)
+        return fit(model, data, valid, epochs=2, batch_size=10, max_len=16, loss_per="window",
+                   bucket=bucket, progress=False, patience=9)  # fmt: skip
+
+    a, b = run(0), run(50)
+    cols = [c for c in a.history.columns if "seconds" not in c]
+    assert np.array_equal(a.history[cols].values, b.history[cols].values)
+
+
+def test_a_negative_seed_is_refused_before_any_work():
+    data = make_tiny_dataset(5, 0)
+    with pytest.raises(ValueError, match="TrainConfig.seed must be >= 0, got -1"):
+        fit(build_model("dkt", preset="tiny", num_c=5), data, data, seed=-1, progress=False)
+
+
+def test_a_run_without_a_best_epoch_never_returns_another_runs_best_weights(tmp_path, monkeypatch):
+    """Every validation score NaN (a diverged run), so the run has no best epoch; a `_best`
+    pair left at its prefix by an earlier run was loaded and tested as this run's weights (a
+    review)."""
+    import kt_lib.train as train_module
+
+    data = make_tiny_dataset(5, 0)
+    prefix = str(tmp_path / "run")
+    torch.manual_seed(1)
+    earlier = fit(build_model("dkt", preset="tiny", num_c=5), data, data, epochs=1,
+                  checkpoint=prefix, progress=False)  # fmt: skip
+    scores = train_module.evaluate
+    monkeypatch.setattr(
+        train_module, "evaluate", lambda *a, **k: {**scores(*a, **k), "auc": float("nan")}
+    )
+    torch.manual_seed(0)
+    model = build_model("dkt", preset="tiny", num_c=5)
+    now = fit(model, data, data, epochs=1, checkpoint=prefix, progress=False)
+    assert now.best_epoch == -1
+    theirs = earlier.model.state_dict()
+    assert any(not torch.equal(v, theirs[k]) for k, v in now.model.state_dict().items())
+
+
 def test_a_second_process_cannot_train_the_same_checkpointed_run(tmp_path):
     """Two trainers of one run would write the same epoch files (and one's cleanup delete the
     other's): while one holds the run's claim, another is refused by name."""
