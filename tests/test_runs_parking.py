@@ -99,6 +99,22 @@ def test_a_run_in_flight_costs_its_epochs_left_at_its_own_pace(tmp_path, killed)
     longer = [{"key": whole["run_key"], "epochs": 10}]  # a variant's own cap stands for the study's
     parking.price_in_flight(study.name, 4, longer, tmp_path / "ck_a", tmp_path / "none")
     assert longer[0]["in_flight"] == pytest.approx(8 * run.epoch_seconds)
+    # a review: a run whose early stopping had ended it costs nothing more; of a local and a
+    # parked copy the further one prices (the one a run resumes from)
+    local = tmp_path / "ck_a" / study.name / f"{run.name}_last.json"
+    local.write_text(json.dumps({**json.loads(local.read_text()), "waited": 5}))
+    for patience, cost in ((5, 0), (6, 2 * run.epoch_seconds)):
+        ended = [{"key": whole["run_key"]}]
+        parking.price_in_flight(study.name, 4, ended, tmp_path / "ck_a", tmp_path / "none",
+                                patience=patience)  # fmt: skip
+        assert ended[0]["in_flight"] == pytest.approx(cost), patience
+    park_dir = tmp_path / "inflight"
+    parking.park(study.name, set(), tmp_path / "ck_a", park_dir)
+    last = park_dir / study.name / f"{run.name}_last.json"
+    last.write_text(json.dumps({**json.loads(last.read_text()), "epoch": 2}))  # parked: further
+    further = [{"key": whole["run_key"]}]
+    parking.price_in_flight(study.name, 4, further, tmp_path / "ck_a", park_dir)
+    assert further[0]["in_flight"] == pytest.approx(1 * run.epoch_seconds)  # epoch 3 left
 
 
 def test_a_parked_run_the_study_no_longer_plans_is_dropped(tmp_path, killed):

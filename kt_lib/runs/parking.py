@@ -44,6 +44,7 @@ class Parked:
     best_metric: float
     mb: float  # size of its files
     epoch_seconds: float = math.nan  # mean training seconds of its finished epochs
+    waited: int = 0  # epochs since its best one (early stopping's count)
 
     def line(self) -> str:
         pace = (
@@ -95,6 +96,7 @@ def _runs(folder: Path) -> dict[str, Parked]:
             math.nan if best is None else float(best),
             mb,
             sum(seconds) / len(seconds) if seconds else math.nan,
+            int(meta.get("waited", 0)),
         )
     return out
 
@@ -186,13 +188,21 @@ def price_in_flight(
     left: list[dict],
     checkpoints: str | Path = CHECKPOINTS,
     parked_root: str | Path = PARKED,
+    patience: int | None = None,
 ) -> None:
-    """Give each plan entry of `left` whose run has an epoch checkpoint (this checkout's, else
-    parked) an "in_flight" cost: the seconds its epochs left to the `epochs` cap take at its
-    own pace (mean training seconds of its finished epochs; early stopping may end it sooner);
-    an entry's own "epochs" (a variant's cap) stands for `epochs`."""
-    flying = {r.name: r for r in [*parked(study, parked_root), *in_flight(study, checkpoints)]}
+    """Give each plan entry of `left` whose run has an epoch checkpoint (this checkout's or
+    parked, whichever is further: the one a run resumes from) an "in_flight" cost: the seconds
+    its epochs left to the `epochs` cap take at its own pace (mean training seconds of its
+    finished epochs; early stopping may end it sooner), none for a run whose early stopping has
+    already ended it (`waited` >= `patience`: killed before its row landed); an entry's own
+    "epochs" (a variant's cap) stands for `epochs`."""
+    flying: dict[str, Parked] = {}
+    for r in [*parked(study, parked_root), *in_flight(study, checkpoints)]:
+        if r.name not in flying or flying[r.name].epoch < r.epoch:
+            flying[r.name] = r
     for p in left:
         r = flying.get(checkpoint_name(p["key"]))
         if r is not None and not math.isnan(r.epoch_seconds):
-            p["in_flight"] = max(p.get("epochs", epochs) - r.epoch - 1, 0) * r.epoch_seconds
+            ended = patience is not None and r.waited >= patience
+            todo = 0 if ended else max(p.get("epochs", epochs) - r.epoch - 1, 0)
+            p["in_flight"] = todo * r.epoch_seconds

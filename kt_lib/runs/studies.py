@@ -66,7 +66,7 @@ def status(
     left = [p for p in study.plan(data_root) if p["key"] not in have]
     kind = "gpu" if str(device).startswith("cuda") else "cpu"
     if kind == "cpu":  # a run with an epoch checkpoint costs its epochs left at its own pace
-        price_in_flight(study.name, study.epochs, left)
+        price_in_flight(study.name, study.epochs, left, patience=study.patience)
     cost = sum(
         p.get(
             "in_flight",
