@@ -16,8 +16,9 @@ rows' `pykt` is `--src-label`), the wheel's from the wheel; CL4KT is in neither.
 foliBiKT and extraKT import einops (not a project dependency: put it on PYTHONPATH).
 
 Setting: B=64, L=200, 100 skills, one batch of `kt_lib.audit.random_batch` (seed 0, full rows)
-fed to both; no problem ids, except for the models that need them (qdkt, dimkt, atdkt: 1000
-problem ids, 10 per skill; pyKT gets them as its questions). Ours: the registry model at the
+fed to both; no problem ids, except for the models that need them (qdkt, dimkt, atdkt, iekt,
+rekt: 1000 problem ids, drawn apart from the skills; pyKT gets them as its questions). Ours: the
+registry model at the
 paper preset, built by bench_models' helper (`build_ours`). Theirs: built by peer_models.build
 at those sizes, trained on the loss pykt.models.train_model computes (peer_models.
 training_loss: model_forward's inputs, the window without its last step or whole, predictions

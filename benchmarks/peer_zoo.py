@@ -135,9 +135,10 @@ SHARED: dict[str, Peer] = {
                 fixed={"graph_type": "dense"},
                 note="pyKT's dense graph here is a random [C, C] matrix (seed 1)"),
     "kqn": Peer("kqn", {"n_hidden": (("n_hidden", "d"), 128),
-                        "n_rnn_hidden": (("n_rnn_hidden", "d"), 128),
-                        "n_mlp_hidden": (("n_mlp_hidden", "d"), 128),
+                        "n_rnn_hidden": (("d_rnn",), 128),
+                        "n_mlp_hidden": (("d_mlp",), 128),
                         "n_rnn_layers": (("n_rnn_layers", "n_layers"), 1),
+                        "rnn_type": (("rnn",), "lstm"),
                         "dropout": (("dropout",), 0.4)}),
 }  # fmt: skip
 IGNORED = {"num_c", "num_pid", "K"}  # the vocabulary, set by the benchmark on both sides

@@ -10,6 +10,10 @@ import time
 
 import torch
 
+from kt_lib.train import TrainConfig
+
+GRAD_CLIP = TrainConfig.grad_clip  # ours: the gradient norm `fit` clips at, by default
+
 
 def is_cuda(device) -> bool:
     return torch.device(device).type == "cuda"
@@ -37,9 +41,11 @@ def median_seconds(fn, repeats: int, device: str = "cpu") -> float:
     return statistics.median(seconds(fn, device) for _ in range(repeats))
 
 
-def model_step_and_inference(model, batch, forward=None):
-    """(step, infer) closures: an AdamW step on `model.loss`, and a no-grad forward; `forward`
-    (e.g. `torch.compile(model)`) runs the model's forward in both, if given."""
+def model_step_and_inference(model, batch, forward=None, grad_clip=GRAD_CLIP):
+    """(step, infer) closures: the training step `fit` runs (AdamW on `model.loss`, the gradient
+    norm clipped at `grad_clip`, TrainConfig's default; None: no clipping), and a no-grad
+    forward; `forward` (e.g. `torch.compile(model)`) runs the model's forward in both, if
+    given."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     forward = model if forward is None else forward
 
@@ -48,6 +54,8 @@ def model_step_and_inference(model, batch, forward=None):
         terms = model.loss(forward(batch), batch, 0)
         opt.zero_grad()
         terms["total"].backward()
+        if grad_clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
         opt.step()
 
     def infer():

@@ -33,7 +33,7 @@ from peer_models import REPO, SHIPPED, SIZED, build, training_loss  # noqa: E402
 from peer_zoo import IGNORED, SHARED, availability, their_sizes, tied_sets  # noqa: E402
 from pykt_loader import find_pykt_models, load_pykt  # noqa: E402
 
-from kt_lib.models import MODELS, list_models  # noqa: E402
+from kt_lib.models import MODELS, build_model, list_models  # noqa: E402
 
 needs_pykt = pytest.mark.skipif(
     find_pykt_models() is None, reason="pykt-toolkit is not installed (not a dependency)"
@@ -78,6 +78,16 @@ def test_their_sizes_notes_what_does_not_match():
     assert any(n.startswith("d_ff=256: kt_config.json") for n in notes)
     assert any("no pyKT argument for ours: extra=3" == n for n in notes)
     assert not any(f"{k}=" in n for n in notes for k in IGNORED)  # the vocabulary is no size
+
+
+def test_kqn_sizes_map_to_pykts_own_arguments():
+    """Our KQN's encoder sizes are d_rnn and d_mlp and its cell `rnn`; pyKT's n_rnn_hidden and
+    n_mlp_hidden were read from d (equal only at the paper preset), rnn_type never (a review)."""
+    ours = dataclasses.asdict(MODELS["kqn"].config_cls.preset("paper"))
+    kw, notes = their_sizes("kqn", {**ours, "d_rnn": 64, "d_mlp": 32, "rnn": "gru"})
+    assert (kw["n_hidden"], kw["n_rnn_hidden"], kw["n_mlp_hidden"]) == (ours["d"], 64, 32)
+    assert kw["rnn_type"] == "gru"
+    assert not any("no pyKT argument" in n and "d_rnn" in n for n in notes)
 
 
 def test_availability_reasons():
@@ -339,3 +349,21 @@ def test_a_run_cut_off_keeps_the_rows_that_finished(tmp_path, monkeypatch):
         {"model": "dkt", "ours_over_theirs": {"train_step": 0.5}}
     ]
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_our_timed_step_clips_the_gradient_as_fit_does(monkeypatch):
+    """`fit` clips the gradient norm (TrainConfig.grad_clip, 1.0) every step; the benchmarks'
+    step did not, a few small ops in our favour against pyKT's step, which clips none for most
+    models as pyKT trains them (a review)."""
+    from kt_lib.audit import random_batch
+
+    calls = []
+    clip = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_",
+                        lambda params, norm: calls.append(norm) or clip(params, norm))  # fmt: skip
+    model = build_model("dkt", preset="tiny", num_c=5)
+    batch = random_batch(5, B=2, L=6)
+    step, _ = timing.model_step_and_inference(model, batch)
+    step()
+    timing.model_step_and_inference(model, batch, grad_clip=None)[0]()
+    assert calls == [timing.GRAD_CLIP] == [1.0]
