@@ -16,12 +16,13 @@ env: $(STAMP)
 
 # torch first and alone: `pip install torch==2.13.0` takes the local CPU wheel here (no CUDA
 # packages); elsewhere set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu.
-# --no-compile: Python writes a module's bytecode when it is first imported instead of pip
-# compiling every file of every package at install (on the 2-core EPYC: 110 s against 177 s).
+# pip compiles every module's bytecode at install: keep it (with PYTHONDONTWRITEBYTECODE=1, as
+# on this project's machines, `--no-compile` saved 65 s of install and cost 5 minutes of tests,
+# every process compiling its imports from source).
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --no-compile $(TORCH_INDEX) torch==2.13.0
-	$(BIN)/pip install --quiet --no-compile -c constraints.txt -e ".[dev,ray]"
+	$(BIN)/pip install --quiet $(TORCH_INDEX) torch==2.13.0
+	$(BIN)/pip install --quiet -c constraints.txt -e ".[dev,ray]"
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (kt-workbook)" > /dev/null
 	touch $(STAMP)
 

@@ -28,7 +28,8 @@ def test_gpu_check_runs_on_cpu_at_tiny_sizes(tmp_path):
     models = {r["model"] for s in report["steps"] if s["step"] == "models" for r in s["results"]}
     assert {"akt", "dtransformer"} <= models
     peers = [r["model"] for s in report["steps"] if s["step"] == "peers" for r in s["results"]]
-    assert peers == ["sakt"]  # quick: one peer, each costs two fresh processes
+    if not status["peers"].startswith("skipped"):  # skipped where pykt-toolkit is not installed
+        assert peers == ["sakt"]  # quick: one peer, each costs two fresh processes
     trained = [r for s in report["steps"] if s["step"] == "train" for r in s["results"]]
     assert {r["model"] for r in trained if 0 < r.get("test_auc", 0) <= 1} == {"akt", "dtransformer"}
     md = (tmp_path / "gpu_check.md").read_text()
