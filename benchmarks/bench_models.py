@@ -343,15 +343,23 @@ def main() -> None:
         "largest distance from the eager ones",
     )
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
-    a = p.parse_args()
+    a = p.parse_args(namespace=argparse.Namespace(batch=None, len=None))  # None: not given
+    sized = [f for f, v in (("--set", a.set), ("--batch", a.batch), ("--len", a.len)) if v]
+    a.batch, a.len = (B if a.batch is None else a.batch), (L if a.len is None else a.len)
     if a.compile and a.backend not in (None, "reference"):
         p.error(f"--compile runs the reference attention; --backend {a.backend} would be ignored")
     if a.one:
         print(json.dumps(bench_named(a.one, a)))
         return
+    if sized and "seed_sakt" in (a.models or []):
+        p.error(
+            f"{', '.join(sized)}: seed_sakt times seed 004's fixed case (batch 32, 100 steps, "
+            "d 256) and would ignore them; run it without them"
+        )
     from kt_lib.models import list_models
 
-    names = a.models or [*list_models(), *([] if a.compile else ["seed_sakt"])]
+    fixed_case = [] if a.compile or sized else ["seed_sakt"]  # its sizes are the seed's
+    names = a.models or [*list_models(), *fixed_case]
     process = a.process or ("shared" if is_cuda(a.device) else "fresh")
     run_all(__file__, names, a, process == "shared")
 

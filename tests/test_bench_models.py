@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -66,16 +68,29 @@ def test_compile_times_the_compiled_model_and_checks_it_against_eager():
     assert "compiled" not in bench_one("dkt", repeats=1, b=2, n=8)
 
 
-def test_compile_with_a_forced_backend_is_refused_not_ignored():
-    import subprocess
+def test_compile_with_a_forced_backend_is_refused_not_ignored(monkeypatch, capsys):
+    import bench_models
 
-    p = subprocess.run(
-        [sys.executable, "benchmarks/bench_models.py", "--models", "sakt", "--compile",
-         "--backend", "cpu"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert p.returncode == 2
-    assert "--compile runs the reference attention; --backend cpu would be ignored" in p.stderr
+    argv = ["bench_models.py", "--models", "sakt", "--compile", "--backend", "cpu"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exc:
+        bench_models.main()
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--compile runs the reference attention; --backend cpu would be ignored" in err
+
+
+def test_sizes_with_the_seed_sakt_case_are_refused_not_ignored(monkeypatch, capsys):
+    """seed_sakt times seed 004's fixed case: a size flag would change nothing there (even one
+    equal to the benchmark's default), so naming it with one is an error."""
+    import bench_models
+
+    argv = ["bench_models.py", "--models", "sakt", "seed_sakt", "--batch", "64", "--set", "d=32"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as exc:
+        bench_models.main()
+    assert exc.value.code == 2
+    assert "--set, --batch: seed_sakt times seed 004's fixed case" in capsys.readouterr().err
 
 
 def test_compile_travels_to_the_per_model_subprocess():

@@ -347,3 +347,22 @@ def test_bank_cli_builds_banks_the_model_loads_by_dataset_name(tmp_path, capsys)
         model_with(sim.with_settings(bank_dir=str(tmp_path / "empty")))
     with pytest.raises(ValueError, match="bank_dir needs the heuristic encoder"):
         MemoryConfig(encoder="block2", bank_dir="x").validate()
+
+
+def test_bank_cli_refuses_a_seed_where_the_files_fix_the_split(tmp_path):
+    """`--seed` moves a seeded split (synthetic, log, a line folder's held-out part); on pyKT's
+    folds or a line folder's fold files no seed changes the split, so it is refused, not ignored."""
+    from kt_lib.cli.memory import main
+    from kt_lib.data import load_bundle
+
+    sizes = ["--out", str(tmp_path), "--preset", "tiny", "--max-len", "16"]
+    pykt = tmp_path / "pk"
+    pykt.mkdir()
+    seq = f'"{",".join("123" * 4)}","{",".join("101" * 4)}"'
+    rows = ["fold,uid,concepts,responses", *(f"{i % 5},{i},{seq}" for i in range(20))]
+    (pykt / "train_valid.csv").write_text("\n".join(rows) + "\n")
+    (pykt / "test.csv").write_text("\n".join([rows[0], *(f"0,{i},{seq}" for i in range(5))]))
+    with pytest.raises(SystemExit, match="--seed 3: this split is fixed by the files"):
+        main(["build", "--data-dir", str(pykt), "--data-format", "pykt", "--seed", "3", *sizes])
+    assert not load_bundle(pykt, "pykt").seeded
+    assert load_bundle(None, "synthetic", num_students=20, seq_len=8).seeded

@@ -429,11 +429,13 @@ def test_one_batch_is_learnable(name):
     model.train()
     torch.manual_seed(0)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(60):
+    for step in range(1, 61):
         terms = model.loss(model(batch), batch, epoch=0)
         opt.zero_grad()
         terms["total"].backward()
         opt.step()
+        if step % 10 == 0 and _prediction_loss(model, batch) < 0.8 * first:
+            break  # learnt: most models get there in 10-20 of the 60 steps
     last = _prediction_loss(model, batch)
     assert last < 0.8 * first, f"{name}: prediction loss {first:.3f} -> {last:.3f}"
 

@@ -62,9 +62,12 @@ def test_serial_grid_records_the_failed_run_and_finishes_the_others(serial):
 
 
 def test_worker_processes_give_the_same_rows(bundle, serial):
+    """... and each worker runs with the threads asked for (cores // workers when not asked)."""
+    three = ExecConfig(workers=2, threads=3)
     with pytest.warns(RuntimeWarning, match="2 of 6 runs failed"):
-        parallel = run_grid(CELLS, bundle, SEEDS, TINY_TRAIN, progress=False, execution=TWO)
+        parallel = run_grid(CELLS, bundle, SEEDS, TINY_TRAIN, progress=False, execution=three)
     assert_same_rows(parallel, serial)
+    assert (parallel.loc[parallel.label != "bad", "threads"] == 3).all()
     assert parallel.loc[parallel.label == "bad", "traceback"].str.contains("build_model").all()
 
 

@@ -309,12 +309,24 @@ def test_the_baselines_diagnostics_train_at_their_own_rate_and_the_leaderboard_t
     assert lb_runs["extrakt_lr1e-4"].spec.train.lr == 1e-4 and lb_runs["atkt"].spec.train.lr == 1e-3
 
 
-def test_run_refuses_threads_that_parallel_workers_would_ignore(capsys):
-    from kt_lib.runs import studies
+def test_run_passes_threads_on_to_each_worker_and_refuses_zero(capsys, monkeypatch):
+    """`--threads` is each run's torch threads, in this process or in every worker."""
+    got = []
 
+    class Stop(Exception):
+        pass
+
+    def run(study, data_root, device, execution, *args, **kw):
+        got.append(execution)
+        raise Stop  # nothing trained
+
+    monkeypatch.setattr(studies, "run", run)
+    with pytest.raises(Stop):
+        studies.main(["run", "pairs", "--workers", "2", "--threads", "3"])
+    assert got == [ExecConfig(workers=2, threads=3)]
     with pytest.raises(SystemExit):
-        studies.main(["run", "leaderboard", "--workers", "2", "--threads", "1"])
-    assert "drop --threads" in capsys.readouterr().err
+        studies.main(["run", "leaderboard", "--workers", "2", "--threads", "0"])
+    assert "--threads: must be >= 1" in capsys.readouterr().err
 
 
 def test_retire_moves_rows_a_fix_made_wrong_and_the_study_plans_them_again(tmp_path, capsys):

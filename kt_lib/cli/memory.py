@@ -56,7 +56,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--d", type=int, default=None, help="model dim (default: the preset's)")
     b.add_argument("--n-heads", type=int, default=None, help="heads (default: the preset's)")
     b.add_argument("--max-len", type=int, default=None, help="window length (bank sequence steps)")
-    b.add_argument("--seed", type=int, default=0, help="split seed (as in the training run)")
+    b.add_argument(
+        "--seed", type=int, default=None, help="split seed (as in the training run; default 0)"
+    )
     b.add_argument("--fold", type=int, default=None, help="fold of the split (as in training)")
     b.add_argument("--name", default=None, help="dataset name (default: the bundle's)")
     b.add_argument("--num-students", type=int, default=None, help="synthetic: students")
@@ -77,7 +79,13 @@ def build(args: argparse.Namespace) -> Path:
     for k, v in {**kw, **sizes}.items():
         if v < 1:
             raise SystemExit(f"--{k.replace('_', '-')} {v}: must be >= 1")
-    bundle = load_bundle(args.data_dir, fmt, fold=args.fold, seed=args.seed, **kw)
+    seed = 0 if args.seed is None else args.seed
+    bundle = load_bundle(args.data_dir, fmt, fold=args.fold, seed=seed, **kw)
+    if args.seed is not None and not bundle.seeded:  # refused, not ignored
+        raise SystemExit(
+            f"--seed {args.seed}: this split is fixed by the files ({bundle.protocol}); no seed "
+            "changes it"
+        )
     changes = {}
     for item in args.set:
         key, sep, value = item.partition("=")

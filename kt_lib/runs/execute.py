@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 from ..nn import native
 from ..provenance import cpu_cores, device_name
-from .experiment import ExperimentResult, run_experiment
+from .experiment import ExperimentResult, at_least_one, run_experiment
 from .spec import RunSpec
 
 EXECUTORS = ("process", "ray")
@@ -48,14 +48,16 @@ ON_ERROR = ("record", "raise")
 class ExecConfig:
     """How runs execute: `workers` at a time, in processes or on Ray, each Ray task with
     `gpus_per_run` of a GPU (None: 1/workers when training on CUDA), on the Ray cluster at
-    `ray_address` (None: a local Ray); `on_error` "record" keeps a failed run's row and goes on,
-    "raise" stops at the first failure. Checked when built."""
+    `ray_address` (None: a local Ray), `threads` torch threads per run (None: cores // workers
+    in workers, this process's setting left as it is inline); `on_error` "record" keeps a failed
+    run's row and goes on, "raise" stops at the first failure. Checked when built."""
 
     workers: int = 1
     executor: str = "process"
     gpus_per_run: float | None = None
     ray_address: str | None = None
     on_error: str = "record"
+    threads: int | None = None
 
     def __post_init__(self):
         if self.executor not in EXECUTORS:
@@ -65,6 +67,9 @@ class ExecConfig:
         w = self.workers
         if isinstance(w, bool) or not isinstance(w, int) or w < 1:
             raise ValueError(f"workers must be an integer >= 1, got {w!r}")
+        t = self.threads
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int) or t < 1):
+            raise ValueError(f"threads must be an integer >= 1 or None, got {t!r}")
         if self.gpus_per_run is not None and not self.gpus_per_run >= 0:
             raise ValueError(
                 f"gpus_per_run must be >= 0 (a fraction of one GPU), got {self.gpus_per_run}"
@@ -88,10 +93,23 @@ class ExecConfig:
         )
         parser.add_argument("--ray-address", default=None, help="Ray: cluster to join")
         parser.add_argument("--on-error", default="record", choices=ON_ERROR)
+        parser.add_argument(
+            "--threads",
+            type=at_least_one,
+            default=None,
+            help="torch threads per run (default: cores / workers; one worker: this process's)",
+        )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExecConfig:
-        return cls(args.workers, args.executor, args.gpus_per_run, args.ray_address, args.on_error)
+        return cls(
+            args.workers,
+            args.executor,
+            args.gpus_per_run,
+            args.ray_address,
+            args.on_error,
+            args.threads,
+        )
 
 
 @dataclass
@@ -206,10 +224,10 @@ def _crashed(index: int, exc: BaseException) -> RunOutcome:
     return RunOutcome(index, None, error=f"{type(exc).__name__}: {exc}", traceback=text)
 
 
-def _in_process(specs: list[RunSpec], bundle) -> Iterator[RunOutcome]:
+def _in_process(specs: list[RunSpec], bundle, threads: int | None) -> Iterator[RunOutcome]:
     cache: OrderedDict = OrderedDict()  # this call's bundles, freed when it ends
     for index, spec in enumerate(specs):
-        yield run_spec(index, spec, bundle, cache)
+        yield run_spec(index, spec, bundle, cache, threads)
 
 
 def _processes(specs: list[RunSpec], bundle, workers: int, threads: int) -> Iterator[RunOutcome]:
@@ -296,8 +314,9 @@ def execute(
     of specs without a `DataSpec`.
 
     `execution` (default `ExecConfig()`): workers=1 with executor="process" runs in this
-    process (torch threads untouched, models kept); otherwise `workers` runs at a time, each
-    with cores // workers torch threads. on_error="record" yields failed runs (a warning counts
+    process (models kept; torch threads as `execution.threads` sets them, else untouched);
+    otherwise `workers` runs at a time, each with `execution.threads` (default cores // workers)
+    torch threads. on_error="record" yields failed runs (a warning counts
     them at the end); "raise" raises `RunFailed` with the run's traceback at the first failure
     and cancels the runs not started.
     """
@@ -329,21 +348,32 @@ def execute(
         desc,
         skipped,
         how.on_error,
+        how.threads,
     )
 
 
 def _stream(
-    specs, bundle, workers, how, gpus_per_run, ray_address, progress, desc, skipped, on_error
+    specs,
+    bundle,
+    workers,
+    how,
+    gpus_per_run,
+    ray_address,
+    progress,
+    desc,
+    skipped,
+    on_error,
+    threads=None,
 ) -> Iterator[RunOutcome]:
     from tqdm.auto import tqdm
 
-    threads = threads_per_worker(workers)
     if how == "inline":
-        outcomes = _in_process(specs, bundle)
+        outcomes = _in_process(specs, bundle, threads)
     elif how == "process":
-        outcomes = _processes(specs, bundle, workers, threads)
+        outcomes = _processes(specs, bundle, workers, threads or threads_per_worker(workers))
     else:
-        outcomes = _ray(specs, bundle, workers, threads, gpus_per_run, ray_address)
+        per_run = threads or threads_per_worker(workers)
+        outcomes = _ray(specs, bundle, workers, per_run, gpus_per_run, ray_address)
     labels = [f"{spec.name} seed {spec.seed}" for spec in specs]
     bar = tqdm(total=skipped + len(specs), initial=skipped, desc=desc, disable=not progress)
     failed = 0

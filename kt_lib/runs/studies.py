@@ -3,7 +3,7 @@
     kt study list
     kt study status simakt                  # done / left per cell, ETA
     kt study run simakt [--data-root ../shared/data] [--device cuda]
-                                        [--workers 4 | --threads 1]
+                                        [--workers 4] [--threads 1]
     kt study render simakt                   # the README's block, from the file
     kt study render simakt --write           # ... written into README.md and docs/*.md
     kt study retire leaderboard --models simakt --datasets statics2011 --before 2026-11-28T10:52 \
@@ -33,7 +33,6 @@ from ..runtime import check_device
 from .cost import cells, fmt_eta, kind_hours, run_cost
 from .declared import DECLARED
 from .execute import ExecConfig
-from .experiment import at_least_one
 from .leaderboard import checkpoint_name, run_plan
 from .parking import MAX_MB, PARKED, drop, in_flight, park, parked, price_in_flight, unpark
 from .record import now
@@ -244,8 +243,6 @@ def main(argv: list[str] | None = None) -> None:
         )
         if cmd == "run":
             ExecConfig.add_arguments(s)
-            s.add_argument("--threads", type=at_least_one, default=None,
-                           help="torch threads (one worker)")  # fmt: skip
         s.add_argument(
             "--first",
             type=int,
@@ -356,14 +353,6 @@ def main(argv: list[str] | None = None) -> None:
         pool += [r for r in read_runs(study.path) if not r.get("error")]
     if a.cmd == "run":
         execution = ExecConfig.from_args(a)
-        if a.threads and execution.parallel:  # no setting accepted and ignored
-            p.error(f"--threads {a.threads} sets this process's threads; with --workers "
-                    f"{a.workers} or --executor ray each worker takes the cores / workers "
-                    "(kt_lib.runs.execute.threads_per_worker): drop --threads")  # fmt: skip
-        if a.threads:
-            import torch
-
-            torch.set_num_threads(a.threads)
         rows, left, eta = status(study, a.data_root, a.out, a.device, pool)
         keys = {p_["key"] for p_ in study.plan(a.data_root)}  # the narrowed plan's
         done = sum(r.get("run_key") in keys for r in rows)

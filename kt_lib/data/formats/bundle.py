@@ -48,6 +48,12 @@ class Bundle:
     truth: Any = None  # simulator ground truth (synthetic data only)
 
     @property
+    def seeded(self) -> bool:
+        """Whether `seed` chose the split: pykt's folds and a line folder's fold files are fixed."""
+        fixed = self.data_format == "pykt" or self.fold is not None
+        return self.data_format in ("synthetic", "log") or not fixed
+
+    @property
     def num_c(self) -> int:
         return self.train.num_c
 
