@@ -70,9 +70,8 @@ class DTransformerConfig(BaseConfig):
         require(self.n_know >= 1, f"n_know must be >= 1, got {self.n_know}")
         require(self.d_fc >= 2, f"d_fc must be >= 2, got {self.d_fc}")
         require(self.cl_temperature > 0, f"cl_temperature must be > 0, got {self.cl_temperature}")
-        if (
-            not self.contrastive
-        ):  # read by the contrastive loss alone: set, they would act on nothing
+        # the contrastive loss's settings are read by it alone: set, they would act on nothing
+        if not self.contrastive:
             moved = [f"{k}={getattr(self, k)!r}" for k in CL_FIELDS
                      if getattr(self, k) != getattr(DTransformerConfig, k)]  # fmt: skip
             require(not moved, f"{', '.join(moved)}: set for the contrastive loss, which is off "

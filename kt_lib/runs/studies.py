@@ -351,16 +351,15 @@ def main(argv: list[str] | None = None) -> None:
     pool = other_studies_runs(study.name)
     if a.out and Path(a.out).resolve() != study.path.resolve():  # the study's own rows price too
         pool += [r for r in read_runs(study.path) if not r.get("error")]
+    # the cells the narrowed (--models, --datasets, --first) study plans; costs read every run
+    keys = {p_["key"] for p_ in study.plan(a.data_root)}
     if a.cmd == "run":
         execution = ExecConfig.from_args(a)
         rows, left, eta = status(study, a.data_root, a.out, a.device, pool)
-        keys = {p_["key"] for p_ in study.plan(a.data_root)}  # the narrowed plan's
         done = sum(r.get("run_key") in keys for r in rows)
         print(f"{study.name}: {done} runs done, {len(left)} left; ETA {fmt_eta(eta)}")
         run(study, a.data_root, a.device, execution, a.out, progress=sys.stderr.isatty())
     rows, left, eta = status(study, a.data_root, a.out, a.device, pool)
-    # the cells the narrowed (--models, --datasets, --first) study plans; costs read every run
-    keys = {p_["key"] for p_ in study.plan(a.data_root)}
     mine = [r for r in rows if r.get("run_key") in keys]
     print(f"{study.name}: {len(mine)} runs done, {len(left)} left; ETA {fmt_eta(eta)}")
     print(f"{'dataset':14s} {'model':26s} {'done':>4s} {'left':>4s} {'min/run':>8s} {'h left':>7s}")
