@@ -16,20 +16,24 @@ env: $(STAMP)
 
 # torch first and alone: `pip install torch==2.13.0` takes the local CPU wheel here (no CUDA
 # packages); elsewhere set PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu.
-# The installs go through uv where it can be had (one small wheel from the registry): on this
-# project's 2-core machines it installs and byte-compiles the same pinned versions in 92 s where
-# pip took 193 s; without it, pip. Both compile every module's bytecode at install: keep that
-# (with PYTHONDONTWRITEBYTECODE=1, as on these machines, skipping it saved 65 s of install and
-# cost 5 minutes of tests, every process compiling its imports from source). uv reads no pip
-# configuration, so pip's find-links and extra index are passed on.
-UV_ARGS = --python $(BIN)/python --compile-bytecode $${PIP_FIND_LINKS:+--find-links $$PIP_FIND_LINKS} \
-	$${PIP_EXTRA_INDEX_URL:+--extra-index-url $$PIP_EXTRA_INDEX_URL}
+# The installs go through uv where it can be had (one small pinned wheel from the registry):
+# on this project's 2-core machines it installs and byte-compiles the same pinned versions in
+# about 90 s where pip took 193 s. uv reads no pip configuration: PIP_FIND_LINKS and
+# PIP_EXTRA_INDEX_URL (space-separated lists) are handed on, every index is searched as pip does
+# (unsafe-best-match: uv's own default takes a package from the first index holding it), and
+# anything else (pip.conf's indexes, an offline machine) is covered by pip: if uv cannot be had
+# or any uv step fails, pip installs the whole environment. Both compile every module's
+# bytecode at install: keep that (with PYTHONDONTWRITEBYTECODE=1, as on these machines, skipping
+# it saved 65 s of install and cost 5 minutes of tests, every process compiling from source).
+UV := $(BIN)/uv pip install --quiet --python $(BIN)/python --compile-bytecode --index-strategy unsafe-best-match
+PIP := $(BIN)/pip install --quiet
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	if $(BIN)/pip install --quiet uv 2>/dev/null; then install="$(BIN)/uv pip install $(UV_ARGS)"; \
-	else install="$(BIN)/pip install"; fi; \
-	$$install --quiet $(TORCH_INDEX) torch==2.13.0 && \
-	$$install --quiet -c constraints.txt -e ".[dev,ray]"
+	if $(PIP) uv==0.13.9 2>/dev/null && export UV_FIND_LINKS="$$(echo $$PIP_FIND_LINKS | tr ' ' ',')" \
+	    UV_EXTRA_INDEX_URL="$$PIP_EXTRA_INDEX_URL" && \
+	    $(UV) $(TORCH_INDEX) torch==2.13.0 && $(UV) -c constraints.txt -e ".[dev,ray]"; then :; \
+	else echo "uv unavailable or failed: installing with pip"; \
+	    $(PIP) $(TORCH_INDEX) torch==2.13.0 && $(PIP) -c constraints.txt -e ".[dev,ray]"; fi
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 --display-name "Python 3 (kt-workbook)" > /dev/null
 	touch $(STAMP)
 

@@ -9,7 +9,8 @@ Setting (issue 2): B=64, L=200, paper preset (d=256 where the model has it), 100
 problem ids; plus seed 004's latency case for the public SAKT class (batch 32, sequence 100,
 forward; section 8.3: under 100 ms on CPU, under 10 ms on `--device cuda`): its JSON has the
 median latency `median_ms`, `target_ms` and `meets_target`. It runs with every model (no
-`--models`) or when named (`--models seed_sakt` runs it alone).
+`--models`, and no `--set`/`--batch`/`--len`: its sizes are the seed's) or when named
+(`--models seed_sakt` runs it alone; with a size flag it is refused).
 `--device` (default cpu) holds the model, the batch and the timing; `--precision` (fp32, tf32,
 bf16; default the device's: tf32 on CUDA, fp32 elsewhere) and `--backend` (attention backend
 reference | cpu | cuda; default by device) wrap everything in `kt_lib.runtime.precision_context`
@@ -344,8 +345,11 @@ def main() -> None:
     )
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(namespace=argparse.Namespace(batch=None, len=None))  # None: not given
-    sized = [f for f, v in (("--set", a.set), ("--batch", a.batch), ("--len", a.len)) if v]
+    given = (("--set", a.set or None), ("--batch", a.batch), ("--len", a.len))
+    sized = [flag for flag, v in given if v is not None]
     a.batch, a.len = (B if a.batch is None else a.batch), (L if a.len is None else a.len)
+    if a.batch < 1 or a.len < 1:
+        p.error(f"--batch {a.batch} --len {a.len}: both must be >= 1")
     if a.compile and a.backend not in (None, "reference"):
         p.error(f"--compile runs the reference attention; --backend {a.backend} would be ignored")
     if a.one:

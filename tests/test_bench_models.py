@@ -68,10 +68,11 @@ def test_compile_times_the_compiled_model_and_checks_it_against_eager():
     assert "compiled" not in bench_one("dkt", repeats=1, b=2, n=8)
 
 
-def test_compile_with_a_forced_backend_is_refused_not_ignored(monkeypatch, capsys):
+def test_compile_with_a_forced_backend_is_refused_not_ignored(monkeypatch, capsys, tmp_path):
     import bench_models
 
     argv = ["bench_models.py", "--models", "sakt", "--compile", "--backend", "cpu"]
+    argv += ["--out", str(tmp_path / "m.json")]
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exc:
         bench_models.main()
@@ -80,12 +81,13 @@ def test_compile_with_a_forced_backend_is_refused_not_ignored(monkeypatch, capsy
     assert "--compile runs the reference attention; --backend cpu would be ignored" in err
 
 
-def test_sizes_with_the_seed_sakt_case_are_refused_not_ignored(monkeypatch, capsys):
+def test_sizes_with_the_seed_sakt_case_are_refused_not_ignored(monkeypatch, capsys, tmp_path):
     """seed_sakt times seed 004's fixed case: a size flag would change nothing there (even one
     equal to the benchmark's default), so naming it with one is an error."""
     import bench_models
 
     argv = ["bench_models.py", "--models", "sakt", "seed_sakt", "--batch", "64", "--set", "d=32"]
+    argv += ["--out", str(tmp_path / "m.json")]  # a regression must not overwrite the record
     monkeypatch.setattr(sys, "argv", argv)
     with pytest.raises(SystemExit) as exc:
         bench_models.main()

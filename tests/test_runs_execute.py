@@ -63,11 +63,11 @@ def test_serial_grid_records_the_failed_run_and_finishes_the_others(serial):
 
 def test_worker_processes_give_the_same_rows(bundle, serial):
     """... and each worker runs with the threads asked for (cores // workers when not asked)."""
-    three = ExecConfig(workers=2, threads=3)
+    two = ExecConfig(workers=2, threads=2)  # not cores // 2 on a 2-core CI machine
     with pytest.warns(RuntimeWarning, match="2 of 6 runs failed"):
-        parallel = run_grid(CELLS, bundle, SEEDS, TINY_TRAIN, progress=False, execution=three)
+        parallel = run_grid(CELLS, bundle, SEEDS, TINY_TRAIN, progress=False, execution=two)
     assert_same_rows(parallel, serial)
-    assert (parallel.loc[parallel.label != "bad", "threads"] == 3).all()
+    assert (parallel.loc[parallel.label != "bad", "threads"] == 2).all()
     assert parallel.loc[parallel.label == "bad", "traceback"].str.contains("build_model").all()
 
 
@@ -86,6 +86,9 @@ def test_ray_gives_the_same_rows(bundle, serial, monkeypatch):
                 progress=False,
                 execution=ExecConfig(workers=2, executor="ray"),
             )
+        greedy = ExecConfig(executor="ray", threads=3)  # Ray would hold such a task forever
+        with pytest.raises(ValueError, match="threads=3 per run: the Ray cluster has 2 CPUs"):
+            run_grid(CELLS[:1], bundle, [0], TINY_TRAIN, progress=False, execution=greedy)
     finally:
         ray.shutdown()
     assert_same_rows(table, serial)

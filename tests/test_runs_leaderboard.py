@@ -227,6 +227,32 @@ def test_leaderboard_resumes_from_its_results_file(tmp_path, monkeypatch):
         )
 
 
+def test_a_run_another_process_finished_meanwhile_is_not_trained_again(tmp_path, monkeypatch):
+    """Two processes on overlapping plans: a run the other one finishes while this one trains
+    its first is taken from the file when its turn comes, not trained a second time."""
+    from kt_lib.runs import execute
+
+    path, calls = tmp_path / "board.json", []
+    real = execute.run_experiment
+
+    def first_then_the_other_process(spec, *args, **kw):
+        calls.append(spec.seed)
+        out = real(spec, *args, **kw)
+        if len(calls) == 1:  # meanwhile, another process lands seed 1's row
+            other = tmp_path / "other.json"
+            run_leaderboard([(None, "synthetic")], ["dkt"], TINY_TRAIN, seeds=[1],
+                            simulator=SIM, progress=False, results_file=other)  # fmt: skip
+            add_runs(path, [{**r, "test_auc": 0.123} for r in read_runs(other)])
+        return out
+
+    monkeypatch.setattr(execute, "run_experiment", first_then_the_other_process)
+    board = run_leaderboard([(None, "synthetic")], ["dkt"], TINY_TRAIN, seeds=[0, 1],
+                            simulator=SIM, progress=False, results_file=path)  # fmt: skip
+    assert calls == [0, 1]  # the second call is the other process's, not this plan's
+    assert board["seed"].tolist() == [0, 1] and board["test_auc"].tolist()[1] == 0.123
+    assert sorted(r["seed"] for r in read_runs(path)) == [0, 1]
+
+
 def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
     """A variant trains its registered model with the model's overrides and its own fields on
     top, carries its label as `model`, keys its runs apart from the base's, and pairs with it."""

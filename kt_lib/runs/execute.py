@@ -6,8 +6,8 @@ turn their plans into `RunSpec`s that `run_spec`, a top-level function, turns in
 one `ExecConfig` says (parsed once, from the command line's flags or a notebook's parameters):
 
     workers=1            in this process, one after the other (the trained model is kept)
-    workers=N            N spawned processes sharing the CPU cores (torch threads: cores // N)
-                         or one GPU; the model stays in its worker
+    workers=N            N spawned processes sharing the CPU cores (torch threads: `threads`,
+                         default cores // N) or one GPU; the model stays in its worker
     executor="ray"       one Ray task per run, with a GPU fraction `gpus_per_run` (default 1/N
                          when training on CUDA); `ray_address` joins a cluster, else a local Ray
 
@@ -27,7 +27,7 @@ import time
 import traceback
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from ..nn import native
@@ -126,6 +126,7 @@ class RunOutcome:
     # resumed run's earlier processes included
     device_name: str = ""  # GPU name, or the CPU model
     native: str | None = None  # the C kernels the run used (kt_lib.nn.native.track)
+    elsewhere: bool = False  # not trained: another process finished it meanwhile (`execute`)
 
     @property
     def ok(self) -> bool:
@@ -224,13 +225,19 @@ def _crashed(index: int, exc: BaseException) -> RunOutcome:
     return RunOutcome(index, None, error=f"{type(exc).__name__}: {exc}", traceback=text)
 
 
-def _in_process(specs: list[RunSpec], bundle, threads: int | None) -> Iterator[RunOutcome]:
+def _in_process(specs: list[RunSpec], bundle, threads: int | None, gone) -> Iterator[RunOutcome]:
     cache: OrderedDict = OrderedDict()  # this call's bundles, freed when it ends
     for index, spec in enumerate(specs):
-        yield run_spec(index, spec, bundle, cache, threads)
+        yield (
+            RunOutcome(index, None, elsewhere=True)
+            if gone(index)
+            else run_spec(index, spec, bundle, cache, threads)
+        )
 
 
-def _processes(specs: list[RunSpec], bundle, workers: int, threads: int) -> Iterator[RunOutcome]:
+def _processes(
+    specs: list[RunSpec], bundle, workers: int, threads: int, gone
+) -> Iterator[RunOutcome]:
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -241,9 +248,17 @@ def _processes(specs: list[RunSpec], bundle, workers: int, threads: int) -> Iter
         initargs=(threads, bundle, os.getpid()),
     )
     finished = False
+    queue, pending = list(enumerate(specs)), {}
     try:
-        pending = {pool.submit(_run_remote, i, spec, threads): i for i, spec in enumerate(specs)}
-        while pending:
+        while queue or pending:
+            while queue and len(pending) < workers:  # started one by one: `gone` asked late
+                index, spec = queue.pop(0)
+                if gone(index):
+                    yield RunOutcome(index, None, elsewhere=True)
+                else:
+                    pending[pool.submit(_run_remote, index, spec, threads)] = index
+            if not pending:
+                continue
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for fut in done:
                 index = pending.pop(fut)
@@ -263,6 +278,7 @@ def _ray(
     threads: int,
     gpus_per_run: float,
     ray_address: str | None,
+    gone,
 ) -> Iterator[RunOutcome]:
     try:
         import ray
@@ -276,6 +292,9 @@ def _ray(
         else:  # a loaded 2-core machine starts Ray's agents slowly: wait 2 min for them
             os.environ.setdefault("RAY_agent_register_timeout_ms", "120000")
             ray.init(include_dashboard=False, log_to_driver=False)
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if threads > cpus:  # Ray would hold the task forever as unschedulable
+        raise ValueError(f"threads={threads} per run: the Ray cluster has {cpus:g} CPUs")
     remote = ray.remote(_run_remote).options(num_cpus=threads, num_gpus=gpus_per_run)
     shared = ray.put(bundle) if bundle is not None else None
     queue = list(enumerate(specs))
@@ -284,7 +303,12 @@ def _ray(
         while queue or pending:
             while queue and len(pending) < workers:  # at most `workers` runs in flight
                 index, spec = queue.pop(0)
-                pending[remote.remote(index, spec, threads, shared)] = index
+                if gone(index):
+                    yield RunOutcome(index, None, elsewhere=True)
+                else:
+                    pending[remote.remote(index, spec, threads, shared)] = index
+            if not pending:
+                continue
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
                 index = pending.pop(ref)
@@ -308,10 +332,13 @@ def execute(
     progress: bool = True,
     desc: str = "runs",
     skipped: int = 0,
+    finished_elsewhere: Callable[[int], bool] | None = None,
 ) -> Iterator[RunOutcome]:
     """Run `specs` (see `run_spec`), yielding outcomes as runs finish (each with its spec's
     index), with one progress bar (ETA) over `skipped` + len(specs) runs. `bundle` is the data
-    of specs without a `DataSpec`.
+    of specs without a `DataSpec`. `finished_elsewhere(index)`, asked just before a run would
+    start, says that another process has finished it meanwhile: it is not trained, and its
+    outcome comes back with `elsewhere` set (two processes filling one results file).
 
     `execution` (default `ExecConfig()`): workers=1 with executor="process" runs in this
     process (models kept; torch threads as `execution.threads` sets them, else untouched);
@@ -337,49 +364,29 @@ def execute(
     if executor == "ray" and gpus_per_run is None:
         cuda = any(str(spec.train.device).startswith("cuda") for spec in specs)
         gpus_per_run = 1 / workers if cuda else 0
-    return _stream(
-        specs,
-        bundle,
-        workers,
-        executor if parallel else "inline",
-        gpus_per_run,
-        how.ray_address,
-        progress,
-        desc,
-        skipped,
-        how.on_error,
-        how.threads,
-    )
+    mode = executor if parallel else "inline"
+    gone = finished_elsewhere or (lambda index: False)
+    return _stream(specs, bundle, how, mode, workers, gpus_per_run, progress, desc, skipped, gone)
 
 
 def _stream(
-    specs,
-    bundle,
-    workers,
-    how,
-    gpus_per_run,
-    ray_address,
-    progress,
-    desc,
-    skipped,
-    on_error,
-    threads=None,
+    specs, bundle, how: ExecConfig, mode, workers, gpus_per_run, progress, desc, skipped, gone
 ) -> Iterator[RunOutcome]:
     from tqdm.auto import tqdm
 
-    if how == "inline":
-        outcomes = _in_process(specs, bundle, threads)
-    elif how == "process":
-        outcomes = _processes(specs, bundle, workers, threads or threads_per_worker(workers))
+    threads = how.threads or threads_per_worker(workers)  # a worker's
+    if mode == "inline":
+        outcomes = _in_process(specs, bundle, how.threads, gone)
+    elif mode == "process":
+        outcomes = _processes(specs, bundle, workers, threads, gone)
     else:
-        per_run = threads or threads_per_worker(workers)
-        outcomes = _ray(specs, bundle, workers, per_run, gpus_per_run, ray_address)
+        outcomes = _ray(specs, bundle, workers, threads, gpus_per_run, how.ray_address, gone)
     labels = [f"{spec.name} seed {spec.seed}" for spec in specs]
     bar = tqdm(total=skipped + len(specs), initial=skipped, desc=desc, disable=not progress)
     failed = 0
     try:
         for out in outcomes:
-            if not out.ok and on_error == "raise":
+            if not out.ok and how.on_error == "raise":
                 raise RunFailed(f"{labels[out.index]}: {out.error}\n{out.traceback}")
             failed += not out.ok
             bar.set_postfix_str(labels[out.index] + (f", {failed} failed" if failed else ""))

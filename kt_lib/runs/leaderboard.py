@@ -83,7 +83,8 @@ def run_plan(
 
     With `results_file` the run is resumable: each finished run is merged into that JSON file
     (file lock, atomic rewrite; `load_results` reads it), and runs already in it with the same
-    `run_key` are not trained again (failed ones are). `checkpoint_dir` gives each run (one
+    `run_key` are not trained again (failed ones are), nor are those another process filling
+    the same file finishes before this one starts them. `checkpoint_dir` gives each run (one
     worker or several) an epoch checkpoint of its own there, named by its `run_key`, resumed from
     when the same run is started again after a kill and removed once its row is written.
 
@@ -101,15 +102,23 @@ def run_plan(
         elif checkpoint_dir is not None:  # finished elsewhere (a GPU lease): a stale epoch
             remove_checkpoint(_with_checkpoint(run, checkpoint_dir).spec.train.checkpoint)
     commit = run_commit() if todo else None
+
+    def finished_elsewhere(i: int) -> bool:  # another process filling the file finished it
+        return path is not None and todo[i][1].key in finished_runs(path)
+
     outcomes = execute(
         [run.spec for _, run in todo],
         execution=execution,
         progress=progress,
         desc="leaderboard",
         skipped=len(rows) - len(todo),
+        finished_elsewhere=finished_elsewhere,
     )
     for out in outcomes:
         index, run = todo[out.index]
+        if out.elsewhere:  # its row is the file's
+            rows[index] = finished_runs(path)[run.key]
+            continue
         spec = run.spec
         record = RunRecord(
             run.name,
