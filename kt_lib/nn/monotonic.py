@@ -5,7 +5,9 @@ The math (context-aware distance, per-head decay) is in kt_lib.nn.reference; her
 projections and layers around it:
 - `MonotonicAttention`: multi-head monotonic attention. `kq_same` shares one projection for
   queries and keys (AKT and DTransformer; it is `q_proj`, and `k_proj` is then None). AKT
-  re-initialises with Xavier (`xavier_init=True`); DTransformer keeps torch's Linear init.
+  re-initialises with Xavier (`xavier_init=True`; `out_proj` too, where pyKT leaves its weight
+  at torch's default: kept for the recorded rows, docs/baselines.md); DTransformer keeps
+  torch's Linear init.
   `extra` replaces the last heads' outputs by ones computed outside (SimAKT's inter-student
   heads, from this layer's own `queries`); `read_slots` is DTransformer's Block 4
   (knowledge-slot queries).
