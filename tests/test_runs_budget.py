@@ -29,6 +29,8 @@ def test_every_simakt_label_searches_the_shared_settings_and_a_preset_its_own():
     assert {"knn_weight", "k_neighbors"} <= set(spaces["simakt_knn_only"])
     assert "knn_weight" not in spaces["simakt_cluster_only"]  # its KNN head stays off
     assert "cluster_weight" not in spaces["simakt_knn_only"]
+    for preset in ("simakt_pwd", "simakt_cluster_only", "simakt_knn_only"):  # no head's weight
+        assert "future_weight" in spaces[preset], preset
 
 
 def test_the_ordinal_labels_search_their_own_fields_and_the_learning_rate():

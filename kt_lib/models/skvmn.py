@@ -80,7 +80,8 @@ class SKVMNConfig(DKVMNConfig):
         require(
             self.init_std is None,
             f"init_std={self.init_std}: the DKVMN authors' initializer is DKVMN's; SKVMN's "
-            "write input and Hop-LSTM keep torch's initialisation (as pyKT's), leave it unset",
+            "write input and Hop-LSTM keep torch's initialisation (pyKT's SKVMN draws its "
+            "erase/add layers Kaiming-normal: docs/baselines.md), leave it unset",
         )
 
 

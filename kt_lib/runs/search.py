@@ -158,6 +158,7 @@ def _optimise(
             spec = dataclasses.replace(
                 spec, train=dataclasses.replace(spec.train, checkpoint=prefix, resume=True)
             )
+        trial.set_user_attr("device", device_name(spec.train.device))  # pruned ones too
         try:
             res = run_experiment(spec, Splits(bundle.train, bundle.valid, None), on_epoch=report)
         except Exception:  # pruned or failed: the trial ends (a kill or Ctrl-C resumes it)
@@ -165,7 +166,6 @@ def _optimise(
             raise
         remove_checkpoint(prefix)
         trial.set_user_attr("best_epoch", res.best_epoch)
-        trial.set_user_attr("device", device_name(spec.train.device))  # trials may mix devices
         return res.valid.get(metric, math.nan)
 
     study = optuna.create_study(

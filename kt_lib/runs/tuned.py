@@ -26,8 +26,10 @@ def tuned_variants(budget: Budget, path: str | Path | None = None) -> dict[str, 
 
 def tuned_study(variants: dict[str, dict]) -> Study:
     """Seed 000's rows after the equal tuning budget (`kt_lib.runs.budget`): each label's best
-    configuration as `<label>_tuned`, five seeds on algebra05 (the split the search used: its
-    validation students chose them; test is read once per run), paired as the simakt study."""
+    configuration as `<label>_tuned`, five seeds on algebra05, each on its seed's split as the
+    simakt study's rows (seed 0's is the split the search used: its validation students chose
+    the configurations; seeds 1-4 draw other splits, whose training students include some of
+    them; test is read once per run), paired as the simakt study."""
     tuned = [f"{label}_tuned" for label in BUDGETS["simakt"].labels if f"{label}_tuned" in variants]
     presets = [t for t in tuned if t not in ("dtransformer_tuned", "simakt_no_inter_tuned")]
     bases = [t for t in ("dtransformer_tuned", "simakt_no_inter_tuned") if t in tuned]
