@@ -33,7 +33,7 @@ a killed search resumes with the trials it lacks, and the trial it was in from i
 (an epoch checkpoint per trial under runs/checkpoints/budget/; one search per label at a time);
 every ended trial is also in a committed record (results/tuning/<budget>_trials.json,
 `kt_lib.runs.trials`), from which a fresh clone's search resumes. Test students are never scored
-(the test file is read only to size the vocabulary the three splits share).
+(their file only sizes the shared vocabulary). Until 2026-11-29 `future_weight` was not searched.
 """
 
 from __future__ import annotations
@@ -60,8 +60,7 @@ from .trials import devices, restore, save, status_table, study_name, summary
 from .trials import load as _load
 
 EPOCHS, PATIENCE = 30, 5  # the studies' recipe: every trial and every tuned row
-# DTransformer's settings every SimAKT label searches (the paper preset: lr 1e-3, dropout 0.2,
-# 16 slots, MLP 256); the learning rate's range is SIMAKT_SPACE's
+# DTransformer's settings, searched by every SimAKT label (paper: lr 1e-3, dropout 0.2, 16, 256)
 SHARED_SPACE: dict[str, Dim] = {
     "lr": Dim(1e-4, 3e-3, log=True),
     "dropout": Dim(0.0, 0.4),
@@ -75,11 +74,7 @@ def _simakt_space(label: str, model: str, similarity: str | None, n: int) -> dic
     if similarity not in (None, "no_inter_student"):
         sim = load_simakt_config(similarity, warn=False)
         for name, dim in preset_space(small_space(n), similarity).items():
-            # a head's influence weight stays 0 where the preset leaves the head off (future_weight
-            # ends in "_weight" too but is no head's: until 2026-11-29 it was dropped here, so the
-            # recorded search never varied it: docs/results.md)
-            head = name in sim.weight_names()
-            off = head and sim.influence(name.removesuffix("_weight")) == 0
+            off = name in sim.weight_names() and sim.influence(name[: -len("_weight")]) == 0
             if name not in space and sim.takes(name) and not off:
                 space[name] = dim
     return space
