@@ -71,6 +71,23 @@ def test_worker_processes_give_the_same_rows(bundle, serial):
     assert parallel.loc[parallel.label == "bad", "traceback"].str.contains("build_model").all()
 
 
+class _KillsItsWorker:
+    """A run whose unpickling ends the worker process (as an out-of-memory kill would)."""
+
+    def __reduce__(self):
+        import os
+
+        return (os._exit, (1,))
+
+
+def test_a_dead_worker_fails_its_run_and_the_runs_not_started_not_the_plan():
+    """Runs start one at a time (so `finished_elsewhere` is asked late): once a worker dies, the
+    pool takes no more, and every run left comes back as a failed outcome, as before."""
+    outs = list(runner._processes([_KillsItsWorker()] * 3, None, 1, 1, lambda index: False))
+    assert sorted(o.index for o in outs) == [0, 1, 2]
+    assert all("BrokenProcessPool" in o.error for o in outs)
+
+
 @pytest.mark.slow  # starting Ray takes 10-20 s
 def test_ray_gives_the_same_rows(bundle, serial, monkeypatch):
     ray = pytest.importorskip("ray")

@@ -126,7 +126,8 @@ class RunOutcome:
     # resumed run's earlier processes included
     device_name: str = ""  # GPU name, or the CPU model
     native: str | None = None  # the C kernels the run used (kt_lib.nn.native.track)
-    elsewhere: bool = False  # not trained: another process finished it meanwhile (`execute`)
+    elsewhere: bool = False  # not trained: another process finished it meanwhile (`execute`;
+    # such an outcome is `ok` with no result: a caller passing `finished_elsewhere` checks this)
 
     @property
     def ok(self) -> bool:
@@ -240,6 +241,7 @@ def _processes(
 ) -> Iterator[RunOutcome]:
     import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     pool = ProcessPoolExecutor(
         max_workers=workers,
@@ -255,8 +257,13 @@ def _processes(
                 index, spec = queue.pop(0)
                 if gone(index):
                     yield RunOutcome(index, None, elsewhere=True)
-                else:
+                    continue
+                try:
                     pending[pool.submit(_run_remote, index, spec, threads)] = index
+                except BrokenProcessPool as exc:  # a worker died: no run starts any more
+                    for i in [index, *(i for i, _ in queue)]:
+                        yield _crashed(i, exc)
+                    queue.clear()
             if not pending:
                 continue
             done, _ = wait(pending, return_when=FIRST_COMPLETED)

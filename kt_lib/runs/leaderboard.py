@@ -103,8 +103,13 @@ def run_plan(
             remove_checkpoint(_with_checkpoint(run, checkpoint_dir).spec.train.checkpoint)
     commit = run_commit() if todo else None
 
-    def finished_elsewhere(i: int) -> bool:  # another process filling the file finished it
-        return path is not None and todo[i][1].key in finished_runs(path)
+    elsewhere: dict[str, dict] = {}  # run_key -> the row another process filling the file wrote
+
+    def finished_elsewhere(i: int) -> bool:
+        row = finished_runs(path).get(todo[i][1].key) if path is not None else None
+        if row is not None:
+            elsewhere[row["run_key"]] = row
+        return row is not None
 
     outcomes = execute(
         [run.spec for _, run in todo],
@@ -116,8 +121,9 @@ def run_plan(
     )
     for out in outcomes:
         index, run = todo[out.index]
-        if out.elsewhere:  # its row is the file's
-            rows[index] = finished_runs(path)[run.key]
+        if out.elsewhere:  # its row is the file's; an epoch of ours for it is stale
+            rows[index] = elsewhere[run.key]
+            remove_checkpoint(run.spec.train.checkpoint)
             continue
         spec = run.spec
         record = RunRecord(
