@@ -61,6 +61,7 @@ def test_pruned_trials_stop_after_the_epoch_that_was_pruned(bundle):
     assert states == {optuna.trial.TrialState.PRUNED}
     assert all(len(t.intermediate_values) == 1 for t in study.trials)  # stopped at epoch 0
     assert all(t.user_attrs.get("device") for t in study.trials)  # pruned ones say where too
+    assert {t.user_attrs["sampler_seed"] for t in study.trials} == {0}  # run_study's default
 
 
 def test_k_neighbors_never_exceeds_the_drawn_bank_and_bad_trials_fail_alone(bundle):

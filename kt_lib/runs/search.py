@@ -159,6 +159,7 @@ def _optimise(
                 spec, train=dataclasses.replace(spec.train, checkpoint=prefix, resume=True)
             )
         trial.set_user_attr("device", device_name(spec.train.device))  # pruned ones too
+        trial.set_user_attr("sampler_seed", seed)  # this process's TPE seed: a resume reseeds
         try:
             res = run_experiment(spec, Splits(bundle.train, bundle.valid, None), on_epoch=report)
         except Exception:  # pruned or failed: the trial ends (a kill or Ctrl-C resumes it)
