@@ -204,11 +204,15 @@ def read_pair(path: str | Path, map_location="cpu") -> tuple[dict, dict[str, Any
     return meta, torch_load_bytes(data, pt, map_location)
 
 
+class LockHeld(ValueError):
+    """Another process holds the lock `locked(..., wait=False)` asked for."""
+
+
 @contextlib.contextmanager
 def locked(path: str | Path, wait: bool = True) -> Iterator[None]:
     """An exclusive lock on `<path>.lock` (POSIX; no lock where fcntl is missing). With
-    `wait=False` it refuses to wait: a ValueError names the lock file when another process holds
-    it (one long job per resource, e.g. one search of a label)."""
+    `wait=False` it refuses to wait: a `LockHeld` (a ValueError) names the lock file when another
+    process holds it (one long job per resource, e.g. one search of a label)."""
     try:
         import fcntl
     except ImportError:  # Windows: one writer at a time is the user's business
@@ -221,7 +225,7 @@ def locked(path: str | Path, wait: bool = True) -> Iterator[None]:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
-            raise ValueError(f"{name} is held by another process: one at a time") from None
+            raise LockHeld(f"{name} is held by another process: one at a time") from None
         try:
             yield
         finally:

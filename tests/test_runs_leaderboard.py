@@ -253,6 +253,27 @@ def test_a_run_another_process_finished_meanwhile_is_not_trained_again(tmp_path,
     assert sorted(r["seed"] for r in read_runs(path)) == [0, 1]
 
 
+def test_a_run_another_process_trains_now_leaves_no_failed_row(tmp_path, capsys):
+    """Two processes on overlapping plans, the other one training a run right now (it holds the
+    run's claim): this one's `fit` is refused, and that refusal is not written to the file as a
+    failed run (the other process writes the run's row); the plan's other runs go on."""
+    from pathlib import Path
+
+    from kt_lib.fileio import locked
+    from kt_lib.runs.leaderboard import checkpoint_name, run_plan
+
+    plan = LeaderboardPlan.of([(None, "synthetic")], ["dkt"], seeds=[0, 1], simulator=SIM)
+    taken = plan.runs(TINY_TRAIN)[1]
+    claim = Path(tmp_path / "ckpt" / checkpoint_name(taken.key))
+    path = tmp_path / "board.json"
+    with locked(Path(f"{claim}.claim"), wait=False), pytest.warns(RuntimeWarning, match="1 of 2"):
+        rows = run_plan(plan, TINY_TRAIN, False, path, checkpoint_dir=tmp_path / "ckpt")
+    assert rows["error"].isna().tolist() == [True, False]
+    assert rows["error"].tolist()[1].startswith("LockHeld")
+    assert [r["seed"] for r in read_runs(path)] == [0]  # no failed row for seed 1
+    assert "trained by another process now" in capsys.readouterr().out
+
+
 def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
     """A variant trains its registered model with the model's overrides and its own fields on
     top, carries its label as `model`, keys its runs apart from the base's, and pairs with it."""
