@@ -61,3 +61,25 @@ def test_qdkt_reads_problems_not_skills():
         other.pid[:, 5] = (b.pid[:, 5] + 1) % NUM_PID
         moved = model(other).logits != model(b).logits
     assert not moved[:, :5].any() and moved[:, 5].all()
+
+
+def test_prepare_warns_where_a_multi_skill_problem_was_expanded_into_copies():
+    """A problem tagged with two skills is two rows of one (pid, r): qDKT would learn the copy;
+    a retry of a problem under the same skill is a real attempt and warns nothing."""
+    import warnings
+
+    import numpy as np
+
+    from kt_lib.data.dataset import KTDataset, StudentSeq
+
+    def data(q, pid):
+        r = [1, 1, 0, 0]
+        seq = StudentSeq(0, np.array(q), np.array(r), np.array(pid))
+        return KTDataset([seq], num_c=3, num_pid=3, name="toy")
+
+    model = build_model("qdkt", preset="tiny", num_c=3, num_pid=3)
+    with pytest.warns(UserWarning, match="qdkt: 2 of 4 training rows of toy repeat"):
+        model.prepare(data([0, 1, 2, 0], [1, 1, 2, 2]))  # problems 1 and 2: two skills each
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        model.prepare(data([0, 0, 2, 2], [1, 1, 2, 2]))  # retries under the same skill

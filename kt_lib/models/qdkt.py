@@ -10,17 +10,22 @@ Deviations from the paper / pyKT's `qdkt`:
 - no fastText initialisation of the problem embeddings and no Laplacian (same-skill) smoothing
   of the outputs (the paper's two extras; pyKT implements neither).
 - aligned: pyKT scores h_j against r_{j+1}; here a zero start vector shifts the input by one.
+- the rows the data has: a multi-skill problem expanded into one row per skill is a run of
+  copies of one (pid, r) token here, which pyKT avoids by training qDKT on question-level files;
+  `prepare` warns where the training students have such copies.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 
 from ..config import require
-from ..data.dataset import Batch, interaction_token
+from ..data.dataset import Batch, KTDataset, interaction_token
 from ..nn import LSTM, Dropout
 from .base import BaseConfig, KTModel, ModelOutput, register
 
@@ -60,6 +65,25 @@ class QDKT(KTModel):
         self.lstm = LSTM(c.d, c.d, batch_first=True)
         self.drop = Dropout(c.dropout)
         self.out = nn.Linear(c.d, c.num_pid)
+
+    def prepare(self, train: KTDataset) -> None:
+        """Warn where a row repeats the previous row's problem and response under another skill
+        (a multi-skill problem expanded into rows): qDKT reads problems only, so those rows are
+        copies it would learn to repeat (docs/baselines.md)."""
+        copies = sum(
+            int(np.sum((s.pid[1:] == s.pid[:-1]) & (s.r[1:] == s.r[:-1]) & (s.q[1:] != s.q[:-1])))
+            for s in train.students
+            if s.pid is not None
+        )
+        if copies:
+            warnings.warn(
+                f"qdkt: {copies} of {train.num_interactions} training rows of {train.name} "
+                "repeat the previous row's problem and response under another skill (multi-skill "
+                "problems expanded into rows): qDKT reads problems only and learns from these "
+                "copies; pyKT trains it on question-level data",
+                UserWarning,
+                stacklevel=2,
+            )
 
     def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
         pid = batch.pid
