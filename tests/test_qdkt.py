@@ -77,9 +77,10 @@ def test_prepare_warns_where_a_multi_skill_problem_was_expanded_into_copies():
         seq = StudentSeq(0, np.array(q), np.array(r), np.array(pid))
         return KTDataset([seq], num_c=3, num_pid=3, name="toy")
 
-    model = build_model("qdkt", preset="tiny", num_c=3, num_pid=3)
-    with pytest.warns(UserWarning, match="qdkt: 2 of 4 training rows of toy repeat"):
-        model.prepare(data([0, 1, 2, 0], [1, 1, 2, 2]))  # problems 1 and 2: two skills each
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        model.prepare(data([0, 0, 2, 2], [1, 1, 2, 2]))  # retries under the same skill
+    for name in ("qdkt", "iekt"):  # the problem-id models that pyKT trains question by question
+        model = build_model(name, preset="tiny", num_c=3, num_pid=3)
+        with pytest.warns(UserWarning, match=f"{name}: 2 of 4 training rows of toy repeat"):
+            model.prepare(data([0, 1, 2, 0], [1, 1, 2, 2]))  # problems 1 and 2: two skills each
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            model.prepare(data([0, 0, 2, 2], [1, 1, 2, 2]))  # retries under the same skill

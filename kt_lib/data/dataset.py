@@ -10,6 +10,7 @@ Conventions (the one place they are written down):
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 
@@ -56,6 +57,28 @@ class KTDataset:
     @property
     def num_interactions(self) -> int:
         return int(sum(len(s) for s in self.students))
+
+    def problem_copies(self) -> int:
+        """Rows that repeat the previous row's problem and response under another skill: the
+        further rows of a multi-skill problem expanded into one row per skill (0 without
+        problem ids). A model that reads problems only learns them as copies."""
+        return sum(
+            int(np.sum((s.pid[1:] == s.pid[:-1]) & (s.r[1:] == s.r[:-1]) & (s.q[1:] != s.q[:-1])))
+            for s in self.students
+            if s.pid is not None
+        )
+
+    def warn_problem_copies(self, model: str, why: str) -> None:
+        """A UserWarning naming `model` where `problem_copies` finds any (`why`: pyKT's way)."""
+        copies = self.problem_copies()
+        if copies:
+            warnings.warn(
+                f"{model}: {copies} of {self.num_interactions} training rows of {self.name} "
+                "repeat the previous row's problem and response under another skill "
+                f"(multi-skill problems expanded into rows); {why}",
+                UserWarning,
+                stacklevel=3,
+            )
 
     @property
     def uids(self) -> np.ndarray:

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..config import require
-from ..data.dataset import Batch
+from ..data.dataset import Batch, KTDataset
 from ..nn import mlp_head
 from .base import BaseConfig, KTModel, ModelOutput, register
 
@@ -133,6 +133,14 @@ class IEKT(KTModel):
         self.acq_policy = mlp(12 * d, c.acq_levels)  # f_a on the four gated copies of [h, v]
         self.predictor = mlp(5 * d, 1)  # f_y on [h, v, m]
         self.gru = nn.GRUCell(4 * d, d)
+
+    def prepare(self, train: KTDataset) -> None:
+        """Warn where a multi-skill problem was expanded into rows (docs/baselines.md)."""
+        train.warn_problem_copies(
+            "iekt",
+            "IEKT reads each row's skill and learns from the copies' responses; pyKT's reads a "
+            "question once, averaging its skills",
+        )
 
     def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
         c = self.config

@@ -17,10 +17,8 @@ Deviations from the paper / pyKT's `qdkt`:
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -70,20 +68,11 @@ class QDKT(KTModel):
         """Warn where a row repeats the previous row's problem and response under another skill
         (a multi-skill problem expanded into rows): qDKT reads problems only, so those rows are
         copies it would learn to repeat (docs/baselines.md)."""
-        copies = sum(
-            int(np.sum((s.pid[1:] == s.pid[:-1]) & (s.r[1:] == s.r[:-1]) & (s.q[1:] != s.q[:-1])))
-            for s in train.students
-            if s.pid is not None
+        train.warn_problem_copies(
+            "qdkt",
+            "qDKT reads problems only and learns from these copies; pyKT trains it on "
+            "question-level data",
         )
-        if copies:
-            warnings.warn(
-                f"qdkt: {copies} of {train.num_interactions} training rows of {train.name} "
-                "repeat the previous row's problem and response under another skill (multi-skill "
-                "problems expanded into rows): qDKT reads problems only and learns from these "
-                "copies; pyKT trains it on question-level data",
-                UserWarning,
-                stacklevel=2,
-            )
 
     def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
         pid = batch.pid
