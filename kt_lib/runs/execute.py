@@ -299,9 +299,11 @@ def _ray(
         else:  # a loaded 2-core machine starts Ray's agents slowly: wait 2 min for them
             os.environ.setdefault("RAY_agent_register_timeout_ms", "120000")
             ray.init(include_dashboard=False, log_to_driver=False)
-    cpus = ray.cluster_resources().get("CPU", 0)
-    if threads > cpus:  # Ray would hold the task forever as unschedulable
-        raise ValueError(f"threads={threads} per run: the Ray cluster has {cpus:g} CPUs")
+    nodes = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+    if max(nodes, default=0) and threads > max(nodes):  # Ray would hold such a task forever
+        raise ValueError(f"threads={threads} per run: the Ray cluster's largest node has "
+                         f"{max(nodes):g} CPUs")  # fmt: skip
+    # (a cluster with no CPU node yet may be an autoscaler's: it gets the task)
     remote = ray.remote(_run_remote).options(num_cpus=threads, num_gpus=gpus_per_run)
     shared = ray.put(bundle) if bundle is not None else None
     queue = list(enumerate(specs))
