@@ -84,3 +84,6 @@ def test_prepare_warns_where_a_multi_skill_problem_was_expanded_into_copies():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             model.prepare(data([0, 0, 2, 2], [1, 1, 2, 2]))  # retries under the same skill
+    # a two-skill problem answered twice alike: two attempts, each one copy (not three)
+    again = KTDataset([StudentSeq(0, np.array([0, 1, 0, 1]), np.ones(4, int), np.full(4, 5))], 2, 6)
+    assert again.problem_copies() == 2

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
+import pandas as pd
 import torch
 
 PAD = 0  # value stored at padded positions of q, r, pid (mask=False there)
@@ -59,14 +60,19 @@ class KTDataset:
         return int(sum(len(s) for s in self.students))
 
     def problem_copies(self) -> int:
-        """Rows that repeat the previous row's problem and response under another skill: the
-        further rows of a multi-skill problem expanded into one row per skill (0 without
-        problem ids). A model that reads problems only learns them as copies."""
-        return sum(
-            int(np.sum((s.pid[1:] == s.pid[:-1]) & (s.r[1:] == s.r[:-1]) & (s.q[1:] != s.q[:-1])))
-            for s in self.students
-            if s.pid is not None
-        )
+        """The further rows of a multi-skill problem expanded into one row per skill (0 without
+        problem ids): inside a run of consecutive rows with one problem and one response, a
+        skill seen again starts a new attempt (as `evaluate.question_rows` reads them), and each
+        attempt's rows after its first are copies to a model that reads problems only."""
+        seqs = [s for s in self.students if s.pid is not None and len(s) > 1]
+        if not seqs:
+            return 0
+        pid, r, q = (np.concatenate([getattr(s, k) for s in seqs]) for k in ("pid", "r", "q"))
+        same = np.r_[False, (pid[1:] == pid[:-1]) & (r[1:] == r[:-1])]
+        same[np.cumsum([len(s) for s in seqs])[:-1]] = False  # a student's first row
+        rows = pd.DataFrame({"run": np.cumsum(~same), "q": q})
+        rows["attempt"] = rows.groupby(["run", "q"]).cumcount()
+        return int(rows.duplicated(["run", "attempt"]).sum())
 
     def warn_problem_copies(self, model: str, why: str) -> None:
         """A UserWarning naming `model` where `problem_copies` finds any (`why`: pyKT's way)."""

@@ -151,7 +151,8 @@ def run_plan(
         )
         rows[index] = record.row()
         if taken:  # another process trains this run now and writes its row: not a failure to keep
-            print(f"{run.name} {run.dataset} seed {spec.seed}: trained by another process now")
+            print(f"{run.name} {run.dataset} seed {spec.seed}: trained by another process now",
+                  flush=True)  # fmt: skip
         elif path is not None:
             add_runs(path, [rows[index]])
         if out.ok and spec.train.checkpoint:  # the row is safe: its checkpoint can go

@@ -159,7 +159,8 @@ def _optimise(
                 spec, train=dataclasses.replace(spec.train, checkpoint=prefix, resume=True)
             )
         trial.set_user_attr("device", device_name(spec.train.device))  # pruned ones too
-        trial.set_user_attr("sampler_seed", seed)  # this process's TPE seed: a resume reseeds
+        if "sampler_seed" not in trial.user_attrs:  # the seed that drew it (a resume reseeds)
+            trial.set_user_attr("sampler_seed", seed)
         try:
             res = run_experiment(spec, Splits(bundle.train, bundle.valid, None), on_epoch=report)
         except Exception:  # pruned or failed: the trial ends (a kill or Ctrl-C resumes it)
