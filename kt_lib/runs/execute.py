@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
+from ..fileio import LockHeld
 from ..nn import native
 from ..provenance import cpu_cores, device_name
 from .experiment import ExperimentResult, at_least_one, run_experiment
@@ -132,6 +133,12 @@ class RunOutcome:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def taken(self) -> bool:
+        """Not trained: another process trains this run now (`fit`'s claim on its checkpoint
+        is held); neither a failure nor a result."""
+        return (self.error or "").startswith(f"{LockHeld.__name__}:")
 
 
 def threads_per_worker(workers: int, cores: int | None = None) -> int:
@@ -395,9 +402,9 @@ def _stream(
     failed = 0
     try:
         for out in outcomes:
-            if not out.ok and how.on_error == "raise":
+            if not out.ok and not out.taken and how.on_error == "raise":
                 raise RunFailed(f"{labels[out.index]}: {out.error}\n{out.traceback}")
-            failed += not out.ok
+            failed += not out.ok and not out.taken
             bar.set_postfix_str(labels[out.index] + (f", {failed} failed" if failed else ""))
             bar.update()
             yield out

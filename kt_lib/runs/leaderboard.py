@@ -26,7 +26,6 @@ from tqdm.auto import tqdm
 
 from ..checkpoint import remove_checkpoint
 from ..data.dataset import chunk, collate
-from ..fileio import LockHeld
 from ..models import build_model
 from ..provenance import run_commit
 from ..train import TrainConfig
@@ -126,7 +125,6 @@ def run_plan(
             rows[index] = elsewhere[run.key]
             remove_checkpoint(run.spec.train.checkpoint)
             continue
-        taken = (out.error or "").startswith(f"{LockHeld.__name__}:")  # fit's claim on the run
         spec = run.spec
         record = RunRecord(
             run.name,
@@ -150,7 +148,7 @@ def run_plan(
             train=train_record(plan.settings_of(spec.train), spec.train),
         )
         rows[index] = record.row()
-        if taken:  # another process trains this run now and writes its row: not a failure to keep
+        if out.taken:  # another process trains this run now and writes its row: no failure
             print(f"{run.name} {run.dataset} seed {spec.seed}: trained by another process now",
                   flush=True)  # fmt: skip
         elif path is not None:
