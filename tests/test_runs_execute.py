@@ -104,7 +104,7 @@ def test_ray_gives_the_same_rows(bundle, serial, monkeypatch):
                 execution=ExecConfig(workers=2, executor="ray"),
             )
         greedy = ExecConfig(executor="ray", threads=3)  # Ray would hold such a task forever
-        with pytest.raises(ValueError, match="threads=3 per run: the Ray cluster's largest node"):
+        with pytest.raises(ValueError, match="threads=3 and gpus_per_run=0 per run: no live"):
             run_grid(CELLS[:1], bundle, [0], TINY_TRAIN, progress=False, execution=greedy)
     finally:
         ray.shutdown()

@@ -306,11 +306,13 @@ def _ray(
         else:  # a loaded 2-core machine starts Ray's agents slowly: wait 2 min for them
             os.environ.setdefault("RAY_agent_register_timeout_ms", "120000")
             ray.init(include_dashboard=False, log_to_driver=False)
-    nodes = [n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
-    if max(nodes, default=0) and threads > max(nodes):  # Ray would hold such a task forever
-        raise ValueError(f"threads={threads} per run: the Ray cluster's largest node has "
-                         f"{max(nodes):g} CPUs")  # fmt: skip
-    # (a cluster with no CPU node yet may be an autoscaler's: it gets the task)
+    # Ray would hold a task no live node can take forever (a cluster with no CPU node yet may
+    # be an autoscaler's: it gets the task)
+    nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+    fits = [n for n in nodes if n.get("CPU", 0) >= threads and n.get("GPU", 0) >= gpus_per_run]
+    if any(n.get("CPU", 0) for n in nodes) and not fits:
+        raise ValueError(f"threads={threads} and gpus_per_run={gpus_per_run:g} per run: no live "
+                         "node of the Ray cluster has that many")  # fmt: skip
     remote = ray.remote(_run_remote).options(num_cpus=threads, num_gpus=gpus_per_run)
     shared = ray.put(bundle) if bundle is not None else None
     queue = list(enumerate(specs))
