@@ -10,10 +10,9 @@ for early stopping.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import torch
 
-from .data.dataset import KTDataset, chunk, collate, sliding
+from .data.dataset import KTDataset, chunk, collate, opens_question, sliding
 from .metrics import binary_metrics, ordinal_metrics
 from .models.base import KTModel
 
@@ -99,17 +98,12 @@ def question_rows(pred: dict[str, np.ndarray]) -> np.ndarray:
     evaluates per question (GUIDE section 9). Inside a run of consecutive rows of one problem, a
     skill seen again starts a new attempt ((P,a),(P,b),(P,a),(P,b) is two questions), so the
     n-th occurrence of a skill belongs to attempt n, and an attempt's first row opens it. Rows
-    come from `predict`, in (student, step) order.
+    come from `predict`, in (student, step) order (`kt_lib.data.dataset.opens_question`).
     """
     n = len(pred["y_true"])
     if "pid" not in pred or n < 2:
         return np.ones(n, dtype=bool)
-    uid, step, pid = pred["uid"], pred["step"], pred["pid"]
-    same_problem = (uid[1:] == uid[:-1]) & (step[1:] == step[:-1] + 1) & (pid[1:] == pid[:-1])
-    run = np.cumsum(np.concatenate([[True], ~same_problem]))  # id of each run of one problem
-    rows = pd.DataFrame({"run": run, "q": pred["q"]})
-    rows["attempt"] = rows.groupby(["run", "q"]).cumcount()  # n-th time this skill in the run
-    return ~rows.duplicated(["run", "attempt"]).to_numpy()
+    return opens_question(pred["uid"], pred["step"], pred["pid"], pred["q"])
 
 
 def _metrics(model: KTModel, pred: dict[str, np.ndarray], rows: str) -> dict[str, float]:

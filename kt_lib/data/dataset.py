@@ -26,6 +26,20 @@ def interaction_token(q: torch.Tensor, r: torch.Tensor, num_c: int) -> torch.Ten
     return q + num_c * r
 
 
+def opens_question(uid, step, pid, q) -> np.ndarray:
+    """[n] bool over rows in (student, step) order: False on a row that continues a question.
+
+    Formats that expand a multi-skill problem into one row per skill (the 4-line format, pykt)
+    put its rows at consecutive steps. Inside a run of consecutive rows of one problem, a skill
+    seen again starts a new attempt ((P,a),(P,b),(P,a),(P,b) is two questions), so the n-th
+    occurrence of a skill belongs to attempt n, and an attempt's first row opens it."""
+    same_problem = (uid[1:] == uid[:-1]) & (step[1:] == step[:-1] + 1) & (pid[1:] == pid[:-1])
+    run = np.cumsum(np.concatenate([[True], ~same_problem]))  # id of each run of one problem
+    rows = pd.DataFrame({"run": run, "q": q})
+    rows["attempt"] = rows.groupby(["run", "q"]).cumcount()  # n-th time this skill in the run
+    return ~rows.duplicated(["run", "attempt"]).to_numpy()
+
+
 @dataclass
 class StudentSeq:
     """One student's full interaction log (never truncated)."""
@@ -61,18 +75,15 @@ class KTDataset:
 
     def problem_copies(self) -> int:
         """The further rows of a multi-skill problem expanded into one row per skill (0 without
-        problem ids): inside a run of consecutive rows with one problem and one response, a
-        skill seen again starts a new attempt (as `evaluate.question_rows` reads them), and each
-        attempt's rows after its first are copies to a model that reads problems only."""
+        problem ids): the rows `opens_question` finds continuing a question, copies of its
+        (pid, r) to a model that reads problems only."""
         seqs = [s for s in self.students if s.pid is not None and len(s) > 1]
         if not seqs:
             return 0
-        pid, r, q = (np.concatenate([getattr(s, k) for s in seqs]) for k in ("pid", "r", "q"))
-        same = np.r_[False, (pid[1:] == pid[:-1]) & (r[1:] == r[:-1])]
-        same[np.cumsum([len(s) for s in seqs])[:-1]] = False  # a student's first row
-        rows = pd.DataFrame({"run": np.cumsum(~same), "q": q})
-        rows["attempt"] = rows.groupby(["run", "q"]).cumcount()
-        return int(rows.duplicated(["run", "attempt"]).sum())
+        uid = np.repeat(np.arange(len(seqs)), [len(s) for s in seqs])
+        step = np.concatenate([np.arange(len(s)) for s in seqs])
+        pid, q = (np.concatenate([getattr(s, k) for s in seqs]) for k in ("pid", "q"))
+        return int((~opens_question(uid, step, pid, q)).sum())
 
     def warn_problem_copies(self, model: str, why: str) -> None:
         """A UserWarning naming `model` where `problem_copies` finds any (`why`: pyKT's way)."""
