@@ -392,13 +392,14 @@ def _stream(
 ) -> Iterator[RunOutcome]:
     from tqdm.auto import tqdm
 
-    threads = how.threads or threads_per_worker(workers)  # a worker's
-    if mode == "inline":
+    if mode == "inline":  # how.threads None: this process's own
         outcomes = _in_process(specs, bundle, how.threads, gone)
-    elif mode == "process":
-        outcomes = _processes(specs, bundle, workers, threads, gone)
     else:
-        outcomes = _ray(specs, bundle, workers, threads, gpus_per_run, how.ray_address, gone)
+        threads = how.threads or threads_per_worker(workers)  # a worker's
+        if mode == "process":
+            outcomes = _processes(specs, bundle, workers, threads, gone)
+        else:
+            outcomes = _ray(specs, bundle, workers, threads, gpus_per_run, how.ray_address, gone)
     labels = [f"{spec.name} seed {spec.seed}" for spec in specs]
     bar = tqdm(total=skipped + len(specs), initial=skipped, desc=desc, disable=not progress)
     failed = 0

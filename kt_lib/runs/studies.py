@@ -138,13 +138,15 @@ def in_flight_of(
 def retire(
     study: Study, models, datasets, reason: str, before: str | None, path=None, into=None,
     dry_run: bool = False, checkpoints=CHECKPOINTS, parked_root=PARKED, data_root=DATA_ROOT,
+    flying: list[str] | None = None,
 ) -> list[dict]:  # fmt: skip
     """Move the finished rows of `study` on `models` x `datasets` (None: any), dated before
     `before` (an ISO time; None: any), to `into` (default `study.retired_path`) with
     `reason`, the date and the commit, and remove their epoch checkpoints (here and parked);
     the study then plans those runs again. The epoch checkpoints of those cells' unfinished runs
     go too (`in_flight_of`), whatever `before` says: an epoch records no commit, so a run in
-    flight may hold the old code's epochs and, resumed, land as a row dated after the fix.
+    flight may hold the old code's epochs and, resumed, land as a row dated after the fix
+    (`flying`: those names when the caller has them already, else found here).
     `dry_run`: only return the rows."""
     if not reason.strip():
         raise ValueError("--reason: say why these rows are retired (it is stored with them)")
@@ -172,7 +174,8 @@ def retire(
         return chosen
     # the checkpoints first (repeatable): a cut after the rows moved must not leave an epoch
     # checkpoint of the old code for the rerun to resume from
-    flying = in_flight_of(study, models, datasets, path, data_root, checkpoints, parked_root)
+    if flying is None:
+        flying = in_flight_of(study, models, datasets, path, data_root, checkpoints, parked_root)
     for name in [checkpoint_name(r["run_key"]) for r in chosen] + flying:
         remove_checkpoint(Path(checkpoints) / study.name / name)
         drop(study.name, name, parked_root)
@@ -279,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             flying = in_flight_of(study, a.models, a.datasets, data_root=a.data_root)
             moved = retire(study, a.models, a.datasets, a.reason, a.before, dry_run=a.dry_run,
-                           data_root=a.data_root)  # fmt: skip
+                           data_root=a.data_root, flying=flying)  # fmt: skip
         except ValueError as e:
             p.error(str(e))
         for name in flying:  # they may hold the old code's epochs
