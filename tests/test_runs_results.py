@@ -7,7 +7,14 @@ import json
 import pytest
 
 from kt_lib.provenance import ROOT
-from kt_lib.runs.results import add_runs, expand, load_results, merge_files, read_runs
+from kt_lib.runs.results import (
+    add_missing,
+    add_runs,
+    expand,
+    load_results,
+    merge_files,
+    read_runs,
+)
 
 
 def test_the_committed_store_reads_through_a_glob(monkeypatch):
@@ -37,6 +44,25 @@ def test_merge_by_run_key(tmp_path):
     plain.write_text(json.dumps({"args": {}, "protocol": "", "results": [{"model": "dkt"}]}))
     with pytest.raises(ValueError, match="rows with a run_key"):
         merge_files([plain], a)
+
+
+def test_add_missing_never_replaces_a_finished_row(tmp_path):
+    """What `kt study adopt` writes with: only keys the file has no finished row of (a failed
+    one is replaced), the first of two new rows with one key, failed new rows never."""
+    path = tmp_path / "r.json"
+    add_runs(path, [{"run_key": "k1", "test_auc": 0.8}, {"run_key": "k2", "error": "OOM"}])
+    new = [
+        {"run_key": "k1", "test_auc": 0.1},
+        {"run_key": "k2", "test_auc": 0.7},
+        {"run_key": "k3", "test_auc": 0.6},
+        {"run_key": "k3", "test_auc": 0.5},
+        {"run_key": "k4", "error": "OOM"},
+        {"test_auc": 0.9},
+    ]
+    assert add_missing(path, new) == [new[1], new[2]]
+    assert read_runs(path) == [{"run_key": "k1", "test_auc": 0.8}, new[1], new[2]]
+    assert add_missing(path, new) == []
+    assert len(read_runs(path)) == 3
 
 
 def test_a_failed_row_never_replaces_a_finished_one(tmp_path):

@@ -118,6 +118,28 @@ def add_runs(path: str | Path, new_rows: Iterable[dict]) -> int:
     return len(rows)
 
 
+def add_missing(path: str | Path, new_rows: Iterable[dict]) -> list[dict]:
+    """Add to a leaderboard results file, under its lock, the finished rows whose `run_key` it
+    has no finished row of (a failed row there is replaced); returns the rows added. Unlike
+    `add_runs`, a row the file holds is never replaced, so a run that finished here meanwhile
+    stays as it was written."""
+    path = Path(path)
+    with locked(path):
+        rows = read_runs(path)
+        have = {r.get("run_key") for r in rows if not r.get("error")}
+        added, seen = [], set()
+        for r in new_rows:
+            key = r.get("run_key")
+            if key and not r.get("error") and key not in have | seen:
+                added.append(r)
+                seen.add(key)
+        if added:
+            kept = [r for r in rows if r.get("run_key") not in seen]  # failed rows of those keys
+            save_json(path, {"args": {"kind": "leaderboard"}, "protocol": "",
+                             "results": kept + added})  # fmt: skip
+    return added
+
+
 def merge_files(files: Iterable[str | Path], into: str | Path) -> int:
     """Merge the leaderboard runs of `files` into `into` by run_key (e.g. runs filled in
     separate files, into a profile's resume file); returns its number of rows."""

@@ -105,7 +105,7 @@ def render(study, path: str | Path | None = None) -> str:
     elif study.breakdown_pairs:
         out += pair_breakdown(runs, [p for p in study.breakdown_pairs if set(p) <= present])
     hours = runs["wall_seconds"].sum() / 3600
-    out.append(f"{len(runs)} runs; their wall times add up to {hours:.2f} h.")
+    out.append(f"{len(runs)} runs; their wall times add up to {hours:.2f} h.{_adopted(runs)}")
     if path is None or Path(path).resolve() == Path(study.path).resolve():
         out += _retired(study)
     return "\n\n".join(x.strip() for x in out) + "\n"
@@ -146,6 +146,18 @@ def _bucket_means(part: pd.DataFrame, buckets) -> tuple[int, dict[str, str]]:
     cols = {b: part[f"test_auc@{b}"].dropna() if f"test_auc@{b}" in part else [] for b in buckets}
     means = {f"auc {b}": f"{v.mean():.4f}" if len(v) else "-" for b, v in cols.items()}
     return max(len(v) for v in cols.values()), means
+
+
+def _adopted(runs: pd.DataFrame) -> str:
+    """' N of them were trained for other studies (...)' where `kt study adopt` took runs."""
+    if "adopted_from" not in runs:
+        return ""
+    n = runs["adopted_from"].value_counts()
+    if n.empty:
+        return ""
+    each = ", ".join(f"{k} {v}" for k, v in sorted(n.items()))
+    return (f" {n.sum()} of them were trained for other studies under the same run keys and "
+            f"taken by `kt study adopt` ({each}).")  # fmt: skip
 
 
 def render_summary(study, path: str | Path | None = None) -> str:
