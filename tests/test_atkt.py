@@ -38,11 +38,35 @@ def test_causal_context_matches_a_plain_loop():
             assert torch.allclose(ctx[b, s], want, atol=1e-5), (b, s)
 
 
-def _authors_context(h, score, valid):
+def _authors_context(h, score, valid, mean=False):
     """The authors' attention: one softmax over the whole sequence, then the cumsum."""
     a = torch.softmax(score, 1).unsqueeze(-1)  # [B, L, 1]
     row = a * h
     return row.cumsum(1) - row, a.squeeze(-1).unsqueeze(1).expand(-1, h.shape[1], -1)
+
+
+def test_mean_context_is_the_sum_over_the_valid_steps_before_and_stays_causal():
+    """The diagnostic `context="mean"`: each step's context is the authors' sum divided by the
+    number of valid steps before it (at least 1: step 0's is 0, as the sum's); the model under
+    it passes the causality audit in train and eval mode."""
+    g = torch.Generator().manual_seed(1)
+    B, L, H = 3, 7, 4
+    h, score = torch.randn(B, L, H, generator=g), torch.randn(B, L, generator=g)
+    valid = torch.arange(L) < torch.tensor([7, 5, 2]).unsqueeze(1)
+    total, a = causal_state_context(h, score, valid)
+    mean, a_mean = causal_state_context(h, score, valid, mean=True)
+    assert torch.equal(a, a_mean)
+    for b in range(B):
+        for s in range(L):
+            n = max(1, int(valid[b, :s].sum()))
+            assert torch.allclose(mean[b, s], total[b, s] / n, atol=1e-6), (b, s)
+    assert not torch.allclose(mean[0, 3:], total[0, 3:])  # it does rescale
+    model, b = _model(context="mean"), random_batch(NUM_C, B=4, L=15, seed=2)
+    for mode in ("eval", "train"):
+        report = audit_causality(model, b, steps=list(range(15)), mode=mode)
+        assert report, report
+    with pytest.raises(ValueError, match="context must be 'sum' or 'mean', got 'max'"):
+        _model(context="max")
 
 
 def test_the_authors_whole_sequence_softmax_leaks_and_ours_does_not(monkeypatch):

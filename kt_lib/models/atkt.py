@@ -7,6 +7,8 @@ in its causal form (pyKT's `atktfix`).
     e_j   = w . tanh(W h_j + b)                     attention score of state j
     row_s = sum_{j <= s} softmax_{j <= s}(e_j) h_j   causal attention of state s
     f_s   = [sum_{s' < s} row_s', h_s]                                    [B, L, 2 Hd]
+            (`context="mean"`, a diagnostic: the sum over the n_s valid s' < s divided by
+            max(n_s, 1), so that its scale does not grow with the log)
     logit_t = (W_o Dropout(f_{t-1}) + b_o)[q_t],  f_{-1} = 0
 Training adds beta * BCE(the same forward on x + delta), delta = epsilon * g / ||g||_2 (per
 student), g = d BCE / d x, the perturbation held constant (FGSM; `loss()`, not the trainer).
@@ -44,6 +46,7 @@ class ATKTConfig(BaseConfig):
     epsilon: float = 10.0  # L2 norm of each student's perturbation
     beta: float = 0.2  # weight of the adversarial loss
     dropout: float = 0.0  # before the output layer (the authors have none; pyKT 0.2)
+    context: str = "sum"  # "sum": the authors' sum of the earlier rows; "mean": their mean
 
     BINARY = True
     PRESETS = {
@@ -77,13 +80,16 @@ class ATKTConfig(BaseConfig):
             require(getattr(self, name) > 0, f"{name} must be > 0, got {getattr(self, name)}")
         require(self.epsilon >= 0, f"epsilon must be >= 0, got {self.epsilon}")
         require(self.beta >= 0, f"beta must be >= 0, got {self.beta}")
+        ok = self.context in ("sum", "mean")
+        require(ok, f"context must be 'sum' or 'mean', got {self.context!r}")
 
 
 def causal_state_context(
-    h: torch.Tensor, score: torch.Tensor, valid: torch.Tensor
+    h: torch.Tensor, score: torch.Tensor, valid: torch.Tensor, mean: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """ATKT's causal attention: h [B, L, Hd], score [B, L], valid [B, L] bool ->
-    (context [B, L, Hd] with context_s = sum_{s' < s} row_s', weights [B, L, L])."""
+    (context [B, L, Hd] with context_s = sum_{s' < s} row_s' (`mean`: divided by the number of
+    valid s' < s, at least 1), weights [B, L, L])."""
     L = h.shape[1]
     # masked_softmax over the readable keys (j <= s, valid), built from the blocked ones and
     # without its [B, L, L] any() and product: a row reads a key iff a valid step j <= s exists
@@ -95,7 +101,11 @@ def causal_state_context(
     if h.device.type != "cpu" or not bool(has_key.all()):  # rows with no key read nothing
         a = a * has_key[..., None]
     row = (a @ h) * valid[..., None]  # [B, L, Hd]; padded rows add nothing
-    return row.cumsum(1) - row, a  # the rows before s (the authors' cumsum minus self)
+    before = row.cumsum(1) - row  # the rows before s (the authors' cumsum minus self)
+    if mean:
+        n = (valid.cumsum(1) - valid.long()).clamp_min(1)  # [B, L]: valid steps before s
+        before = before / n[..., None]
+    return before, a
 
 
 @register("atkt")
@@ -128,7 +138,7 @@ class ATKT(KTModel):
         """Logits [B, L] and attention weights [B, L, L] from interaction embeddings x."""
         h, _ = self.lstm(x)  # [B, L, Hd]
         score = self.att_score(torch.tanh(self.att_mlp(h))).squeeze(-1)  # [B, L]
-        ctx, a = causal_state_context(h, score, batch.mask)
+        ctx, a = causal_state_context(h, score, batch.mask, self.config.context == "mean")
         f = torch.cat([ctx, h], -1)  # [B, L, 2Hd], f_s reads interactions <= s
         f = torch.cat([torch.zeros_like(f[:, :1]), f[:, :-1]], 1)  # step t reads f_{t-1}
         logits = self.out(self.drop(f))  # [B, L, C]
