@@ -144,7 +144,7 @@ def test_training_with_the_adversarial_term_lowers_the_loss():
         opt.zero_grad()
         terms["total"].backward()
         opt.step()
-        losses.append(float(terms["pred"]))
+        losses.append(terms["pred"].item())
     assert losses[-1] < losses[0]
 
 

@@ -403,65 +403,6 @@ def test_retire_moves_rows_a_fix_made_wrong_and_the_study_plans_them_again(tmp_p
             studies.retire(study, *args, **kw)
 
 
-def test_adopt_takes_the_runs_another_study_finished_under_the_same_key(
-    tmp_path, monkeypatch, capsys
-):
-    """`kt study adopt`: a run another study finished under a run key this one plans (the same
-    run) is copied in with `adopted_from`, the newest where two studies hold it; a finished row
-    here is never replaced (a failed one is); a key this study retired only from a row made
-    after the retirement; the adopted runs' epoch checkpoints go; `status` points at it."""
-    from kt_lib.runs import study as study_module
-    from kt_lib.runs.results import read_runs
-
-    monkeypatch.setattr(study_module, "RESULTS", tmp_path / "results")
-    tiny = dataclasses.replace(_tiny_study(tmp_path), seeds=(0, 1, 2))
-    other, third = (dataclasses.replace(tiny, name=n) for n in ("other", "third"))
-    monkeypatch.setattr(studies, "STUDIES", {s.name: s for s in (tiny, other, third)})
-    data, keys = tmp_path / "data", [p["key"] for p in tiny.plan(tmp_path / "data")]
-    early, mid, late = "2026-11-27T05:00:00+00:00", "2026-11-28T00:00", "2026-11-28T15:00Z"
-
-    def row(i: int, auc, date: str = early, **kw) -> dict:
-        return {"dataset": "tiny", "model": "dkt", "fold": None, "seed": i, "run_key": keys[i],
-                "test_auc": auc, "date": date, "wall_seconds": 1.0, "best_epoch": 1,
-                "train_seconds": 1.0, "device_name": "cpu", **kw}  # fmt: skip
-
-    def write(path, rows) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"args": {}, "protocol": "", "results": rows}))
-
-    write(tiny.path, [row(0, 0.70), row(1, None, error="boom")])
-    write(other.path, [row(0, 0.10), row(1, 0.71), row(2, 0.72), {**row(1, 0.5), "run_key": "x"}])
-    write(third.path, [row(2, 0.73, late)])
-    adopted = [(r["seed"], r["test_auc"], r["adopted_from"]) for r in studies.adoptable(tiny, data)]
-    assert adopted == [(1, 0.71, "other"), (2, 0.73, "third")]
-    only = studies.adoptable(tiny, data, sources=["other"])
-    assert [(r["seed"], r["test_auc"]) for r in only] == [(1, 0.71), (2, 0.72)]
-    with pytest.raises(KeyError, match="no study 'nope'"):
-        studies.adoptable(tiny, data, sources=["nope"])
-    # seed 2 retired from `tiny` between the two rows: only the later one may come back
-    write(tiny.retired_path, [{**row(2, 0.6), "retired": {"reason": "fix", "on": mid}}])
-    assert [r["test_auc"] for r in studies.adoptable(tiny, data, sources=["other"])] == [0.71]
-    assert [r["test_auc"] for r in studies.adoptable(tiny, data)] == [0.71, 0.73]
-
-    studies.main(["status", "tiny", "--data-root", str(data)])
-    assert "2 run(s) left here are finished in other studies: `kt study adopt tiny`" in (
-        capsys.readouterr().out
-    )
-    assert studies.adopt(tiny, data, dry_run=True) and len(read_runs(tiny.path)) == 2
-    ck, parked = tmp_path / "ck", tmp_path / "parked"
-    name = leaderboard_module.checkpoint_name(keys[1])
-    (ck / "tiny").mkdir(parents=True)
-    (ck / "tiny" / f"{name}_last.pt").write_text("old")
-    added = studies.adopt(tiny, data, checkpoints=ck, parked_root=parked)
-    assert [r["seed"] for r in added] == [1, 2]
-    assert {r["seed"]: r["test_auc"] for r in read_runs(tiny.path)} == {0: 0.70, 1: 0.71, 2: 0.73}
-    assert not list((ck / "tiny").iterdir())
-    assert "2 of them were trained for other studies under the same run keys and taken by " \
-        "`kt study adopt` (other 1, third 1)." in studies.render(tiny)  # fmt: skip
-    studies.main(["adopt", "tiny", "--data-root", str(data)])
-    assert capsys.readouterr().out.strip() == "0 run(s)"
-
-
 def test_render_names_the_retired_rows_and_why(tmp_path, monkeypatch):
     from kt_lib.runs import study as study_module
 

@@ -31,13 +31,14 @@ from pathlib import Path
 from ..checkpoint import remove_checkpoint
 from ..provenance import ROOT, git_commit
 from ..runtime import check_device
+from .adoption import adopt, adoptable, adopted_copies
 from .cost import cells, fmt_eta, kind_hours, run_cost
 from .declared import DECLARED
 from .execute import ExecConfig
 from .leaderboard import checkpoint_name, run_plan
 from .parking import MAX_MB, PARKED, drop, in_flight, park, parked, price_in_flight, unpark
 from .record import now
-from .results import add_missing, finished_runs, read_runs, retire_runs
+from .results import finished_runs, read_runs, retire_runs
 from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study  # noqa: F401
 from .study_render import render, render_summary, write_blocks
 from .tuned import add_tuned_rows
@@ -81,56 +82,6 @@ def other_studies_runs(name: str) -> list[dict]:
     """The finished runs of every study but `name` (what `run_cost` may borrow from)."""
     return [r for s in STUDIES.values() if s.name != name
             for r in read_runs(s.path) if not r.get("error")]  # fmt: skip
-
-
-def adoptable(
-    study: Study, data_root=DATA_ROOT, path=None, sources=None, retired=None
-) -> list[dict]:  # fmt: skip
-    """The finished rows of the other studies (`sources`: their names; None: all) that `study`
-    plans under the same `run_key` (dataset, model, fold, seed, preset and the hash of every
-    setting that changes the numbers: the same run) and its file has no finished row of, each
-    with `adopted_from` (its study); the newest where several studies hold one. A key the study
-    has retired (`retired`: its retired file) is taken only from a row dated after the
-    retirement: the fix that retired it may postdate the other study's row."""
-    names = [n for n in (sources or STUDIES) if n != study.name]
-    for n in names:
-        get(n)  # a misspelt name is refused, not matched by nothing
-    planned = {p_["key"] for p_ in study.plan(data_root)}
-    have = set(finished_runs(Path(path or study.path)))
-    cut: dict[str, datetime] = {}  # a key's last retirement (undated: none is taken)
-    for r in read_runs(retired or study.retired_path):
-        on = (r.get("retired") or {}).get("on")
-        when = _utc(on) if on else datetime.max.replace(tzinfo=UTC)
-        cut[r.get("run_key")] = max(cut.get(r.get("run_key"), when), when)
-    best: dict[str, dict] = {}
-    for n in names:
-        for r in read_runs(get(n).path):
-            key = r.get("run_key")
-            if r.get("error") or key not in planned or key in have:
-                continue
-            if key in cut and not _when(r) > cut[key]:
-                continue
-            if key not in best or _when(r) > _when(best[key]):
-                best[key] = {**r, "adopted_from": r.get("adopted_from", n)}
-    return sorted(best.values(), key=lambda r: r["run_key"])
-
-
-def adopt(
-    study: Study, data_root=DATA_ROOT, path=None, sources=None, dry_run: bool = False,
-    checkpoints=CHECKPOINTS, parked_root=PARKED,
-) -> list[dict]:  # fmt: skip
-    """Copy `adoptable`'s rows into the study's file (a run trained once serves every study
-    that plans it) and drop their epoch checkpoints here and parked; returns the rows added
-    (`dry_run`: the rows, nothing written)."""
-    rows = adoptable(study, data_root, path, sources)
-    if dry_run or not rows:
-        return rows
-    added = add_missing(Path(path or study.path), rows)
-    for r in added:
-        name = checkpoint_name(r["run_key"])
-        remove_checkpoint(Path(checkpoints) / study.name / name)
-        drop(study.name, name, parked_root)
-    return added
 
 
 def run(
@@ -234,11 +185,6 @@ def retire(
     return retire_runs(path, into or study.retired_path, select, note)
 
 
-def _when(row: dict) -> datetime:
-    """A row's date (UTC; a row without one is older than any)."""
-    return _utc(row["date"]) if row.get("date") else datetime.min.replace(tzinfo=UTC)
-
-
 def _utc(when: str) -> datetime:
     """An ISO time as an aware datetime (a time without a zone is UTC)."""
     t = datetime.fromisoformat(when)
@@ -257,13 +203,13 @@ def _add_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _hint_adopt(study: Study, left: list[dict], pool: list[dict], out) -> None:
-    """Say how many runs left are finished in other studies (`pool`), which `adopt` takes."""
-    keys = {p_["key"] for p_ in left}
-    n = len({r["run_key"] for r in pool if r.get("run_key") in keys})
-    if n and not out:
-        print(f"  {n} run(s) left here are finished in other studies: `kt study adopt "
-              f"{study.name}` takes them instead of training them again")  # fmt: skip
+def _hint_adopt(study: Study, data_root, out, training: bool) -> None:
+    """Say how many runs left are finished in other studies, which `adopt` would take."""
+    n = 0 if out else len(adoptable(study, STUDIES, data_root))
+    if n:
+        then = " (this run trains them again)" if training else ""
+        print(f"  {n} run(s) left here are finished in other studies{then}: `kt study adopt "
+              f"{study.name}` takes them instead")  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -373,14 +319,25 @@ def main(argv: list[str] | None = None) -> None:
             f"results/inflight/{study.name}/ (parked pairs of these runs removed)"
         )
         print(f"{len(moved)} row(s){where if moved and not a.dry_run else ''}")
+        copies = adopted_copies(study.name, [r["run_key"] for r in moved], STUDIES)
+        for other, n in sorted(copies.items()):  # `kt study adopt` took them there
+            print(f"{other} holds {n} adopted copy(ies) of these runs: retire them there too "
+                  f"(`kt study retire {other} ...`)")  # fmt: skip
         return
     if a.cmd == "adopt":
-        rows = adopt(study, a.data_root, sources=a.sources, dry_run=a.dry_run)
+        try:
+            rows, dropped = adopt(study, STUDIES, a.data_root, sources=a.sources, dry_run=a.dry_run)
+        except ValueError as e:
+            p.error(str(e))
         for r in rows:
             print(f"{'would adopt' if a.dry_run else 'adopted'} {r['dataset']} {r['model']} "
                   f"fold={r.get('fold')} seed={r.get('seed')} from {r['adopted_from']} "
                   f"({r.get('device_name')}, {r.get('date')})")  # fmt: skip
+        for name in dropped:
+            print(f"dropped the epoch checkpoint of {name} (here and in results/inflight/)")
         where = "" if a.dry_run or not rows else f" -> results/{study.path.name}: commit it"
+        if dropped:
+            where += f" and results/inflight/{study.name}/"
         print(f"{len(rows)} run(s){where}")
         return
     if getattr(a, "add", None):
@@ -446,7 +403,7 @@ def main(argv: list[str] | None = None) -> None:
         rows, left, eta = status(study, a.data_root, a.out, a.device, pool)
         done = sum(r.get("run_key") in keys for r in rows)
         print(f"{study.name}: {done} runs done, {len(left)} left; ETA {fmt_eta(eta)}")
-        _hint_adopt(study, left, pool, a.out)
+        _hint_adopt(study, a.data_root, a.out, training=True)
         run(study, a.data_root, a.device, execution, a.out, progress=sys.stderr.isatty())
     rows, left, eta = status(study, a.data_root, a.out, a.device, pool)
     mine = [r for r in rows if r.get("run_key") in keys]
@@ -463,7 +420,7 @@ def main(argv: list[str] | None = None) -> None:
         hours = "-" if math.isnan(c["hours_left"]) else f"{c['hours_left']:.1f}"
         print(f"{c['dataset']:14s} {c['model']:26s} {c['done']:4d} {c['left']:4d} {cost:>8s} "
               f"{hours:>7s}  {c['basis'] if c['left'] else ''}")  # fmt: skip
-    _hint_adopt(study, left, pool, a.out)
+    _hint_adopt(study, a.data_root, a.out, training=False)
     for p_ in left[:5]:
         print(f"  next: {p_['dataset']} {p_['model']} fold={p_['fold']} seed={p_['seed']}")
     here = {r.name: r for r in in_flight(study.name)}

@@ -1,0 +1,108 @@
+"""One run, trained once, in every study that plans it: `kt study adopt NAME`.
+
+Two studies may plan the same run: the leaderboard's ASSIST2015 fold 0 of a baseline and the
+baselines study's row, the leaderboard's DTransformer folds and the simakt study's. The run key
+says so (dataset, model, fold, seed, preset and the hash of every setting that changes the
+numbers: `plan.run_key`), so a run one study finished is copied into the other's results file,
+with `adopted_from`, instead of being trained again. `studies` below is the registry of studies
+by name (`kt_lib.runs.studies.STUDIES`), passed in so that this module imports none of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ..checkpoint import remove_checkpoint
+from ..provenance import device_kind
+from .leaderboard import checkpoint_name
+from .parking import PARKED, drop, in_flight, parked
+from .results import add_missing, read_runs
+from .study import CHECKPOINTS, DATA_ROOT, Study
+
+
+def adoptable(
+    study: Study, studies: Mapping[str, Study], data_root=DATA_ROOT, path=None, sources=None
+) -> list[dict]:
+    """The finished rows of the other studies (`sources`: their names; None: all of `studies`)
+    that `study` plans under the same run key and its file (`path`, default its own) has no
+    finished row of, each with `adopted_from` (the study that trained it); the newest where
+    several hold one. Left out:
+    - a key any study has retired: a row dated after the retirement may still have started
+      before the fix, or resumed from an old epoch checkpoint; such a run is trained again;
+    - a row made on another kind of device (CPU, GPU) than every run the study already has in
+      its cell: `precision` None resolves to fp32 on a CPU and tf32 on a GPU under one key, and
+      a cell whose runs are on one kind stays so (an empty cell takes either)."""
+    names = list(studies) if sources is None else list(sources)
+    for n in names:
+        if n not in studies:  # a misspelt name is refused, not matched by nothing
+            raise ValueError(f"--from {n}: no such study; the studies are {sorted(studies)}")
+        if n == study.name and sources is not None:
+            raise ValueError(f"--from {n}: a study adopts from the others, not from itself")
+    planned = {p["key"] for p in study.plan(data_root)}
+    mine = [r for r in read_runs(Path(path or study.path)) if not r.get("error")]
+    have = {r.get("run_key") for r in mine}
+    kinds: dict[tuple, set[str]] = {}
+    for r in mine:
+        kinds.setdefault(_cell(r), set()).add(device_kind(r.get("device_name")))
+    retired = {r.get("run_key") for s in studies.values() for r in read_runs(s.retired_path)}
+    best: dict[str, dict] = {}
+    for n in (n for n in names if n != study.name):
+        for r in read_runs(studies[n].path):
+            key, kind = r.get("run_key"), device_kind(r.get("device_name"))
+            if r.get("error") or key not in planned or key in have or key in retired:
+                continue
+            if kind not in kinds.get(_cell(r), {kind}):
+                continue
+            if key not in best or _when(r) > _when(best[key]):
+                best[key] = {**r, "adopted_from": r.get("adopted_from", n)}
+    return sorted(best.values(), key=lambda r: r["run_key"])
+
+
+def adopt(
+    study: Study, studies: Mapping[str, Study], data_root=DATA_ROOT, path=None, sources=None,
+    dry_run: bool = False, checkpoints=CHECKPOINTS, parked_root=PARKED,
+) -> tuple[list[dict], list[str]]:  # fmt: skip
+    """Copy `adoptable`'s rows into the study's file (`results.add_missing`: under its lock,
+    never over a finished row) and drop their epoch checkpoints here and parked
+    (results/inflight/: tracked files); returns (the rows added, the dropped checkpoints'
+    names). `dry_run`: the rows it would add; nothing written or dropped."""
+    rows = adoptable(study, studies, data_root, path, sources)
+    if dry_run or not rows:
+        return rows, []
+    added = add_missing(Path(path or study.path), rows)
+    held = {r.name for r in in_flight(study.name, checkpoints)}
+    held |= {r.name for r in parked(study.name, parked_root)}
+    dropped = sorted({checkpoint_name(r["run_key"]) for r in added} & held)
+    for name in dropped:
+        remove_checkpoint(Path(checkpoints) / study.name / name)
+        drop(study.name, name, parked_root)
+    return added, dropped
+
+
+def adopted_copies(name: str, keys, studies: Mapping[str, Study]) -> dict[str, int]:
+    """{study: rows} of the copies of `name`'s runs under `keys` that other studies adopted:
+    what retiring those runs from `name` leaves behind elsewhere."""
+    keys, out = set(keys), {}
+    for s in studies.values():
+        n = sum(
+            r.get("adopted_from") == name and r.get("run_key") in keys
+            for r in read_runs(s.path)
+            if s.name != name
+        )
+        if n:
+            out[s.name] = n
+    return out
+
+
+def _cell(row: dict) -> tuple:
+    return row.get("dataset"), row.get("model")
+
+
+def _when(row: dict) -> datetime:
+    """A row's date (UTC; a row without one is older than any)."""
+    if not row.get("date"):
+        return datetime.min.replace(tzinfo=UTC)
+    t = datetime.fromisoformat(row["date"])
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
