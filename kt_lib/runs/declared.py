@@ -243,7 +243,7 @@ DECLARED = {
                 # ... or undertraining? The same folds, the authors' sizes, a cap of 100
                 Part((STATICS, ALG05), ("atkt_epochs100",)),
                 # ... or the sum pooling? The same folds, the mean of the earlier rows
-                Part((STATICS, ALG05), ("atkt_mean_context",)),
+                Part((STATICS, ALG05, A15), ("atkt_mean_context",)),
             ),
             variants=_BASELINE_VARIANTS,
             folds=1,
