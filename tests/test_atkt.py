@@ -46,7 +46,7 @@ def _authors_context(h, score, valid, mean=False):
 
 
 def test_mean_context_is_the_sum_over_the_valid_steps_before_and_stays_causal():
-    """The diagnostic `context="mean"`: each step's context is the authors' sum divided by the
+    """The diagnostic `context="mean"`: each step's context is the running sum divided by the
     number of valid steps before it (at least 1: step 0's is 0, as the sum's); the model under
     it passes the causality audit in train and eval mode."""
     g = torch.Generator().manual_seed(1)

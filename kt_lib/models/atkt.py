@@ -46,7 +46,7 @@ class ATKTConfig(BaseConfig):
     epsilon: float = 10.0  # L2 norm of each student's perturbation
     beta: float = 0.2  # weight of the adversarial loss
     dropout: float = 0.0  # before the output layer (the authors have none; pyKT 0.2)
-    context: str = "sum"  # "sum": the authors' sum of the earlier rows; "mean": their mean
+    context: str = "sum"  # "sum": the running sum of the earlier rows (atktfix); "mean": their mean
 
     BINARY = True
     PRESETS = {

@@ -46,7 +46,7 @@ _BASELINE_VARIANTS = {
     "dkvmn_epochs100": {"model": "dkvmn", "epochs": 100},
     # ATKT peaked at epoch 29 of 30 on algebra05 and (at pyKT's sizes) Statics2011: a longer cap
     "atkt_epochs100": {"model": "atkt", "epochs": 100},
-    # ... or the authors' sum pooling, whose scale grows with the log (ASSIST2015's are short):
+    # ... or the causal form's running sum, whose scale grows with the log (ASSIST2015's are short):
     # the mean of the earlier rows instead, the authors' sizes and recipe otherwise
     "atkt_mean_context": {"model": "atkt", "context": "mean"},
     # SAKT is 0.0058 below pyKT's five-fold ASSIST2015 figure and 0.022 below its Statics2011
