@@ -48,6 +48,7 @@ class RunRecord:
     commit: str | None = None
     date: str | None = None
     train: dict | None = None  # the training settings that change the numbers
+    adopted_from: str | None = None  # the study that trained it (`kt study adopt` copied it)
 
     @property
     def ok(self) -> bool:
@@ -74,6 +75,7 @@ class RunRecord:
             "commit": self.commit,
             "date": self.date,
             "train": self.train,
+            "adopted_from": self.adopted_from,
         }
         kept = {"fold"} | ({"commit"} if self.date else set())
         row = {k: v for k, v in head.items() if v is not None or k in kept}
