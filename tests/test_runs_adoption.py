@@ -116,8 +116,8 @@ def test_a_retired_key_or_another_device_kind_is_not_adopted(three):
 def test_retire_names_the_copies_other_studies_adopted(three, capsys, monkeypatch):
     """Retiring runs that another study adopted says where the copies are."""
     tiny, other, third, data, keys = three
-    for name in ("remove_checkpoint", "drop"):  # the CLI's checkpoint folders are the repo's
-        monkeypatch.setattr(studies, name, lambda *a, **k: None)
+    # the CLI's checkpoint folders are the repo's
+    monkeypatch.setattr(studies, "discard", lambda *a, **k: None)
     _write(tiny.path, [_row(keys, 0, 0.70)])
     _write(other.path, [{**_row(keys, 0, 0.70), "adopted_from": "tiny"}])
     assert adoption.adopted_copies("tiny", [keys[0]], studies.STUDIES) == {"other": 1}

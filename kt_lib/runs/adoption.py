@@ -14,21 +14,22 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..checkpoint import remove_checkpoint
 from ..provenance import device_kind
 from .leaderboard import checkpoint_name
-from .parking import PARKED, drop, in_flight, parked
+from .parking import PARKED, discard, held
+from .record import utc
 from .results import add_missing, read_runs
 from .study import CHECKPOINTS, DATA_ROOT, Study
 
 
 def adoptable(
-    study: Study, studies: Mapping[str, Study], data_root=DATA_ROOT, path=None, sources=None
-) -> list[dict]:
+    study: Study, studies: Mapping[str, Study], data_root=DATA_ROOT, path=None, sources=None,
+    planned: set[str] | None = None,
+) -> list[dict]:  # fmt: skip
     """The finished rows of the other studies (`sources`: their names; None: all of `studies`)
     that `study` plans under the same run key and its file (`path`, default its own) has no
     finished row of, each with `adopted_from` (the study that trained it); the newest where
-    several hold one. Left out:
+    several hold one (`planned`: the study's run keys where the caller has its plan). Left out:
     - a key any study has retired: a row dated after the retirement may still have started
       before the fix, or resumed from an old epoch checkpoint; such a run is trained again;
     - a row made on another kind of device (CPU, GPU) than every run the study already has in
@@ -40,7 +41,8 @@ def adoptable(
             raise ValueError(f"--from {n}: no such study; the studies are {sorted(studies)}")
         if n == study.name and sources is not None:
             raise ValueError(f"--from {n}: a study adopts from the others, not from itself")
-    planned = {p["key"] for p in study.plan(data_root)}
+    if planned is None:
+        planned = {p["key"] for p in study.plan(data_root)}
     mine = [r for r in read_runs(Path(path or study.path)) if not r.get("error")]
     have = {r.get("run_key") for r in mine}
     kinds: dict[tuple, set[str]] = {}
@@ -72,12 +74,10 @@ def adopt(
     if dry_run or not rows:
         return rows, []
     added = add_missing(Path(path or study.path), rows)
-    held = {r.name for r in in_flight(study.name, checkpoints)}
-    held |= {r.name for r in parked(study.name, parked_root)}
-    dropped = sorted({checkpoint_name(r["run_key"]) for r in added} & held)
+    names = {checkpoint_name(r["run_key"]) for r in added}
+    dropped = sorted(names & held(study.name, checkpoints, parked_root))
     for name in dropped:
-        remove_checkpoint(Path(checkpoints) / study.name / name)
-        drop(study.name, name, parked_root)
+        discard(study.name, name, checkpoints, parked_root)
     return added, dropped
 
 
@@ -102,7 +102,4 @@ def _cell(row: dict) -> tuple:
 
 def _when(row: dict) -> datetime:
     """A row's date (UTC; a row without one is older than any)."""
-    if not row.get("date"):
-        return datetime.min.replace(tzinfo=UTC)
-    t = datetime.fromisoformat(row["date"])
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
+    return utc(row["date"]) if row.get("date") else datetime.min.replace(tzinfo=UTC)

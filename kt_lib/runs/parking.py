@@ -24,6 +24,7 @@ import math
 import time
 from pathlib import Path
 
+from ..checkpoint import remove_checkpoint
 from ..fileio import atomic_write_bytes, load_json, sha256_bytes
 from .leaderboard import checkpoint_name
 from .study import CHECKPOINTS, RESULTS
@@ -131,6 +132,19 @@ def parked(study: str, parked_root: str | Path = PARKED) -> list[Parked]:
 def in_flight(study: str, checkpoints: str | Path = CHECKPOINTS) -> list[Parked]:
     """The unfinished runs of `study` with an epoch checkpoint in this checkout."""
     return list(_runs(Path(checkpoints) / study).values())
+
+
+def held(study: str, checkpoints=CHECKPOINTS, parked_root=PARKED) -> set[str]:
+    """The names of `study`'s runs with an epoch checkpoint here or parked."""
+    here = {r.name for r in in_flight(study, checkpoints)}
+    return here | {r.name for r in parked(study, parked_root)}
+
+
+def discard(study: str, name: str, checkpoints=CHECKPOINTS, parked_root=PARKED) -> None:
+    """Remove run `name`'s epoch checkpoint of `study` here and its parked pairs (a run whose
+    row was retired or adopted must not resume from them)."""
+    remove_checkpoint(Path(checkpoints) / study / name)
+    drop(study, name, parked_root)
 
 
 def park(

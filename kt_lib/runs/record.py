@@ -26,6 +26,12 @@ def now() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
+def utc(when: str) -> dt.datetime:
+    """An ISO time as an aware datetime (a time without a zone is UTC): a row's `date`."""
+    t = dt.datetime.fromisoformat(when)
+    return t if t.tzinfo is not None else t.replace(tzinfo=dt.UTC)
+
+
 @dataclass
 class RunRecord:
     model: str

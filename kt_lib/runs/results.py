@@ -100,6 +100,11 @@ def finished_runs(path: str | Path | None) -> dict[str, dict]:
     return {r["run_key"]: r for r in rows if r.get("run_key") and not r.get("error")}
 
 
+def _save_rows(path: Path, rows: list[dict], kind: str = "leaderboard") -> None:
+    """Rewrite a results file with `rows` (atomically; the caller holds its lock)."""
+    save_json(path, {"args": {"kind": kind}, "protocol": "", "results": rows})
+
+
 def add_runs(path: str | Path, new_rows: Iterable[dict]) -> int:
     """Merge rows into a leaderboard results file by `run_key` (a new row replaces one with the
     same key, except that a failed row never replaces a finished one), under a file lock and with
@@ -114,7 +119,7 @@ def add_runs(path: str | Path, new_rows: Iterable[dict]) -> int:
                 continue  # a failed copy never replaces a finished run (two processes, a merge)
             merged[key] = r
         rows = list(merged.values())
-        save_json(path, {"args": {"kind": "leaderboard"}, "protocol": "", "results": rows})
+        _save_rows(path, rows)
     return len(rows)
 
 
@@ -135,8 +140,7 @@ def add_missing(path: str | Path, new_rows: Iterable[dict]) -> list[dict]:
                 seen.add(key)
         if added:
             kept = [r for r in rows if r.get("run_key") not in seen]  # failed rows of those keys
-            save_json(path, {"args": {"kind": "leaderboard"}, "protocol": "",
-                             "results": kept + added})  # fmt: skip
+            _save_rows(path, kept + added)
     return added
 
 
@@ -169,8 +173,6 @@ def retire_runs(
         # of one setting (retired, rerun, retired again) are both kept
         old = {(r.get("run_key"), r.get("date")): r for r in read_runs(retired)}
         old.update({(r.get("run_key"), r.get("date")): {**r, "retired": note} for r in moved})
-        save_json(retired, {"args": {"kind": "retired"}, "protocol": "",
-                            "results": list(old.values())})  # fmt: skip
-        left = [r for r, c in zip(rows, chosen, strict=True) if not c]
-        save_json(path, {"args": {"kind": "leaderboard"}, "protocol": "", "results": left})
+        _save_rows(retired, list(old.values()), kind="retired")
+        _save_rows(path, [r for r, c in zip(rows, chosen, strict=True) if not c])
     return moved

@@ -25,10 +25,8 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
-from ..checkpoint import remove_checkpoint
 from ..provenance import ROOT, git_commit
 from ..runtime import check_device
 from .adoption import adopt, adoptable, adopted_copies
@@ -36,8 +34,18 @@ from .cost import cells, fmt_eta, kind_hours, run_cost
 from .declared import DECLARED
 from .execute import ExecConfig
 from .leaderboard import checkpoint_name, run_plan
-from .parking import MAX_MB, PARKED, drop, in_flight, park, parked, price_in_flight, unpark
-from .record import now
+from .parking import (
+    MAX_MB,
+    PARKED,
+    discard,
+    held,
+    in_flight,
+    park,
+    parked,
+    price_in_flight,
+    unpark,
+)
+from .record import now, utc
 from .results import finished_runs, read_runs, retire_runs
 from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study  # noqa: F401
 from .study_render import render, render_summary, write_blocks
@@ -132,9 +140,7 @@ def in_flight_of(
         for p_ in study.only(models, datasets).plan(data_root)
         if p_["key"] not in finished
     }
-    held = {r.name for r in in_flight(study.name, checkpoints)}
-    held |= {r.name for r in parked(study.name, parked_root)}
-    return sorted(names & held)
+    return sorted(names & held(study.name, checkpoints, parked_root))
 
 
 def retire(
@@ -155,7 +161,7 @@ def retire(
     if not models and not datasets:
         raise ValueError("name --models and/or --datasets: retire never takes a whole study")
     study.only(models, datasets)  # a name the study lacks is refused, not matched by nothing
-    cut = None if before is None else _utc(before)
+    cut = None if before is None else utc(before)
 
     def select(r: dict) -> bool:
         if r.get("error") or not r.get("run_key"):  # an unkeyed row is planned by nothing
@@ -168,7 +174,7 @@ def retire(
             return True
         if not r.get("date"):
             raise ValueError(f"{r['run_key']}: the row has no date to compare with --before")
-        return _utc(r["date"]) < cut
+        return utc(r["date"]) < cut
 
     path = Path(path or study.path)
     chosen = [r for r in read_runs(path) if select(r)]
@@ -179,16 +185,9 @@ def retire(
     if flying is None:
         flying = in_flight_of(study, models, datasets, path, data_root, checkpoints, parked_root)
     for name in [checkpoint_name(r["run_key"]) for r in chosen] + flying:
-        remove_checkpoint(Path(checkpoints) / study.name / name)
-        drop(study.name, name, parked_root)
+        discard(study.name, name, checkpoints, parked_root)
     note = {"reason": reason, "on": now(), "commit": git_commit()}
     return retire_runs(path, into or study.retired_path, select, note)
-
-
-def _utc(when: str) -> datetime:
-    """An ISO time as an aware datetime (a time without a zone is UTC)."""
-    t = datetime.fromisoformat(when)
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 def _add_argument(parser: argparse.ArgumentParser) -> None:
@@ -203,9 +202,10 @@ def _add_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _hint_adopt(study: Study, data_root, out, training: bool) -> None:
-    """Say how many runs left are finished in other studies, which `adopt` would take."""
-    n = 0 if out else len(adoptable(study, STUDIES, data_root))
+def _hint_adopt(study: Study, keys: set[str], out, training: bool) -> None:
+    """Say how many runs left are finished in other studies, which `adopt` would take (`keys`:
+    the study's planned run keys)."""
+    n = 0 if out else len(adoptable(study, STUDIES, planned=keys))
     if n:
         then = " (this run trains them again)" if training else ""
         print(f"  {n} run(s) left here are finished in other studies{then}: `kt study adopt "
@@ -403,7 +403,7 @@ def main(argv: list[str] | None = None) -> None:
         rows, left, eta = status(study, a.data_root, a.out, a.device, pool)
         done = sum(r.get("run_key") in keys for r in rows)
         print(f"{study.name}: {done} runs done, {len(left)} left; ETA {fmt_eta(eta)}")
-        _hint_adopt(study, a.data_root, a.out, training=True)
+        _hint_adopt(study, keys, a.out, training=True)
         run(study, a.data_root, a.device, execution, a.out, progress=sys.stderr.isatty())
     rows, left, eta = status(study, a.data_root, a.out, a.device, pool)
     mine = [r for r in rows if r.get("run_key") in keys]
@@ -420,7 +420,7 @@ def main(argv: list[str] | None = None) -> None:
         hours = "-" if math.isnan(c["hours_left"]) else f"{c['hours_left']:.1f}"
         print(f"{c['dataset']:14s} {c['model']:26s} {c['done']:4d} {c['left']:4d} {cost:>8s} "
               f"{hours:>7s}  {c['basis'] if c['left'] else ''}")  # fmt: skip
-    _hint_adopt(study, a.data_root, a.out, training=False)
+    _hint_adopt(study, keys, a.out, training=False)
     for p_ in left[:5]:
         print(f"  next: {p_['dataset']} {p_['model']} fold={p_['fold']} seed={p_['seed']}")
     here = {r.name: r for r in in_flight(study.name)}
