@@ -34,6 +34,9 @@ class SAKTConfig(BaseConfig):
     dropout: float = 0.1  # dropout (residual, FFN)
     attn_dropout: float | None = None  # dropout on the attention weights; None: `dropout`
     max_len: int = 200  # longest window (learned positions)
+    # add P to the queries as well as to the interactions (seed 004 section 4.3: Q = E(qry) + P);
+    # False is pyKT's sakt.py, whose queries carry no position (a diagnostic, docs/baselines.md)
+    query_positions: bool = True
 
     BINARY = True
     PRESETS = {
@@ -58,9 +61,10 @@ class SAKTNet(nn.Module):
         dropout: float,
         max_len: int,
         attn_dropout: float | None = None,
+        query_positions: bool = True,
     ):
         super().__init__()
-        self.num_c, self.max_len = num_c, max_len
+        self.num_c, self.max_len, self.query_positions = num_c, max_len, query_positions
         self.M = nn.Embedding(2 * num_c, d)
         self.E = nn.Embedding(num_c, d)
         self.P = nn.Embedding(max_len + 1, d)
@@ -99,7 +103,7 @@ class SAKTNet(nn.Module):
             q_pos = F.pad(n_real, (1, 0))[:, reads]  # [B, Lq] real interactions at steps < reads
             mask = (mask & valid.unsqueeze(1)).unsqueeze(1)  # [B, 1, Lq, L]
         kv = self.M(x) + self.P(kv_pos)
-        query = self.E(qry) + self.P(q_pos)
+        query = (self.E(qry) + self.P(q_pos)) if self.query_positions else self.E(qry)
         h, w = self.attn(query, kv, kv, mask, need_weights)
         h = self.ln1(query + self.drop(h))
         h = self.ln2(h + self.drop(self.ffn(h)))
@@ -115,7 +119,9 @@ class SAKTModel(KTModel):
     def __init__(self, config: SAKTConfig):
         super().__init__(config)
         c = config
-        self.net = SAKTNet(c.num_c, c.d, c.n_heads, c.d_ff, c.dropout, c.max_len, c.attn_dropout)
+        self.net = SAKTNet(
+            c.num_c, c.d, c.n_heads, c.d_ff, c.dropout, c.max_len, c.attn_dropout, c.query_positions
+        )
 
     def forward(self, batch: Batch, return_attention: bool = False) -> ModelOutput:
         if batch.q.shape[1] > self.config.max_len:

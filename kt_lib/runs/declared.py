@@ -53,6 +53,8 @@ _BASELINE_VARIANTS = {
     # one: our paper preset's dropout 0.5 (an ASSIST2009 sweep's choice) against pyKT's 0.2
     # (kt_config.json `sakt`; its sizes are ours: 256, 8 heads, one block, FFN 256)
     "sakt_pykt": {"model": "sakt", "dropout": 0.2},
+    # ... not that: then its queries without position embeddings, as pyKT's (seed 004's carry them)
+    "sakt_pykt_query": {"model": "sakt", "query_positions": False},
     # and the authors' own STATICS setting (their main.py: memory 50, qa_embed 100, batch 10,
     # 100 epochs), first with the recipe's AdamW 1e-3 ...
     "dkvmn_authors_statics": _DKVMN_STATICS,
@@ -80,7 +82,7 @@ _DIAGNOSTICS += ("skvmn_pykt_write", "sparsekt_topk_lr1e-4", "dkvmn_epochs100", 
 _DIAGNOSTICS += ("dkvmn_authors_statics", "dkvmn_authors_statics_sgd")
 _DIAGNOSTICS += ("dkvmn_authors_statics_sgd_init", "dkvmn_authors_statics_sgd_sum")
 _DIAGNOSTICS += ("dkvmn_authors_statics_window", "dkvmn_authors_code_statics")
-_DIAGNOSTICS += ("atkt_mean_context", "sakt_pykt")
+_DIAGNOSTICS += ("atkt_mean_context", "sakt_pykt", "sakt_pykt_query")
 SKILL_BASELINES = (
     "deep_irt",
     "dkvmn",
@@ -253,10 +255,17 @@ DECLARED = {
                 Part((STATICS,), ("atkt", "atkt_mean_context"), folds=3),
                 # SAKT at pyKT's dropout, paired with the leaderboard's SAKT (adopted)
                 Part((STATICS,), ("sakt", "sakt_pykt"), folds=3),
-                Part((A15,), ("sakt", "sakt_pykt")),
+                Part((A15,), ("sakt_pykt",)),
+                # ... and without query positions on all five ASSIST2015 folds (pyKT's figure is
+                # their mean), paired with the leaderboard's five SAKT fold models (adopted)
+                Part((A15,), ("sakt", "sakt_pykt_query"), folds=5),
             ),
             variants=_BASELINE_VARIANTS,
-            pairs=(("atkt_mean_context", "atkt"), ("sakt_pykt", "sakt")),
+            pairs=(
+                ("atkt_mean_context", "atkt"),
+                ("sakt_pykt", "sakt"),
+                ("sakt_pykt_query", "sakt"),
+            ),
             folds=1,
             seeds=(0,),
             filling=True,
