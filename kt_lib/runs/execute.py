@@ -129,16 +129,12 @@ class RunOutcome:
     native: str | None = None  # the C kernels the run used (kt_lib.nn.native.track)
     elsewhere: bool = False  # not trained: another process finished it meanwhile (`execute`;
     # such an outcome is `ok` with no result: a caller passing `finished_elsewhere` checks this)
+    taken: bool = False  # not trained: another process trains this run now (`fit`'s claim on
+    # its checkpoint raised `LockHeld`); neither a failure nor a result, `error` says whose
 
     @property
     def ok(self) -> bool:
         return self.error is None
-
-    @property
-    def taken(self) -> bool:
-        """Not trained: another process trains this run now (`fit`'s claim on its checkpoint
-        is held); neither a failure nor a result."""
-        return (self.error or "").startswith(f"{LockHeld.__name__}:")
 
 
 def threads_per_worker(workers: int, cores: int | None = None) -> int:
@@ -185,7 +181,7 @@ def run_spec(
             res = run_experiment(spec, bundle)
         out.result, out.figures, out.native = res, res.figures(), native.named(used)
     except Exception as exc:  # the run failed: record it, the plan goes on
-        out.error = f"{type(exc).__name__}: {exc}"
+        out.error, out.taken = f"{type(exc).__name__}: {exc}", isinstance(exc, LockHeld)
         out.traceback = traceback.format_exc()
     out.wall_seconds = time.perf_counter() - t0
     if out.result is not None:
