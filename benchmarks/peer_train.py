@@ -17,13 +17,19 @@ seconds, machine); the causality audit of the same files is `bench_peer_audit.py
 Models: sparsekt (top-k, emb_type qid_sparseattn) and sparsekt_soft (qid_accumulative_attn), at
 our `sparsekt` paper preset's sizes mapped to pyKT's arguments by peer_zoo.their_sizes (d_model
 256, 2 blocks, 4 heads, d_ff 256, final layers 256/256, dropout 0.1, k 5, ratio 0.8: the sizes
-of our sparsekt rows in results/baselines.json; each row records them under `kwargs`).
-pyKT is not a project dependency: this script is run by hand (hours on one CPU core a run).
+of our sparsekt rows in results/baselines.json; each row records them under `kwargs`); sakt
+(pyKT's sakt.py at our `sakt` paper preset's sizes: 256, 8 heads, one block, dropout 0.5).
+pyKT's SAKT predicts steps 1.. only (its queries are the shifted questions): its step 0 is given
+p = 0.5, so compare it on `auc@pos2+` (every step but the student's first, pyKT's scored steps).
+`--side ours` trains our model of the same name and sizes instead, under the same recipe, and
+`--side both` trains ours and then pyKT's: one row each, `side` says whose.
+pyKT is not a project dependency: this script is run by hand (minutes to hours on one CPU core).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -40,13 +46,20 @@ from peer_zoo import their_sizes  # noqa: E402
 from pykt_loader import load_pykt  # noqa: E402
 
 from kt_lib.data import load_bundle  # noqa: E402
-from kt_lib.evaluate import evaluate  # noqa: E402
+from kt_lib.evaluate import DEFAULT_PROTOCOL, evaluate, evaluate_protocols  # noqa: E402
 from kt_lib.models import build_model  # noqa: E402
 from kt_lib.models.base import BaseConfig, KTModel, ModelOutput  # noqa: E402
 from kt_lib.provenance import device_name  # noqa: E402
 from kt_lib.train import TrainConfig, fit  # noqa: E402
 
-EMB_TYPE = {"sparsekt": "qid_sparseattn", "sparsekt_soft": "qid_accumulative_attn"}
+# name -> (pyKT's file and class, its emb_type or None, our registered model and its settings:
+# those of the baselines study's rows, kt_lib.runs.declared)
+TOPK, SOFT = {"selection": "topk", "k": 5}, {"selection": "soft", "ratio": 0.8}
+PEERS = {
+    "sparsekt": ("sparsekt", "sparseKT", "qid_sparseattn", "sparsekt", TOPK),
+    "sparsekt_soft": ("sparsekt", "sparseKT", "qid_accumulative_attn", "sparsekt", SOFT),
+    "sakt": ("sakt", "SAKT", None, "sakt", {}),
+}
 EPS = 1e-6  # pyKT's models return probabilities; logits of them clamped away from 0 and 1
 
 
@@ -76,6 +89,8 @@ class PyktPeer(KTModel):
 
     def forward(self, batch, return_attention: bool = False) -> ModelOutput:
         m = batch.mask
+        if self.config.model == "sakt":  # SAKT(q, r, qry): the prediction for steps 1.. only
+            return ModelOutput(self._from_step1(batch))
         d = {"masks": m[:, 1:], "smasks": m[:, 1:]}
         for key, x in (("qseqs", batch.q), ("cseqs", batch.q), ("rseqs", batch.r)):
             d[key] = x[:, :-1] * m[:, :-1]  # a window of one step keeps its step 0
@@ -84,22 +99,44 @@ class PyktPeer(KTModel):
         p = (y[0] if isinstance(y, tuple) else y).clamp(EPS, 1 - EPS)
         return ModelOutput(torch.logit(p))
 
+    def _from_step1(self, batch) -> torch.Tensor:
+        """pyKT's SAKT on (x[:, :-1], shft_q): its row t-1 predicts step t; step 0, which it
+        never predicts, gets logit 0 (p = 0.5) and no gradient."""
+        m, B = batch.mask, batch.q.shape[0]
+        first = torch.zeros(B, 1, device=m.device)
+        if batch.q.shape[1] == 1:  # a batch of one-step windows: nothing for pyKT to read
+            return first
+        q, r = batch.q[:, :-1] * m[:, :-1], batch.r[:, :-1] * m[:, :-1]
+        p = self.inner(q, r, batch.q[:, 1:] * m[:, 1:]).clamp(EPS, 1 - EPS)
+        return torch.cat((first, torch.logit(p)), 1)
+
 
 def build_peer(name: str, src: Path, num_c: int, max_len: int) -> tuple[PyktPeer, dict]:
     """pyKT's model `name` from the checkout `src` at our paper preset's sizes."""
-    ours = build_model("sparsekt", preset="paper", num_c=num_c).config
-    kw, _ = their_sizes("sparsekt", ours)
-    kw["emb_type"] = EMB_TYPE[name]
-    mods = load_pykt("cpu", ("sparsekt",), root=src, pkg=f"_peer_{abs(hash(str(src)))}")
-    inner = mods["sparsekt"].sparseKT(num_c, 0, seq_len=max_len, **kw)
+    file, cls, emb_type, base, settings = PEERS[name]
+    kw, _ = their_sizes(base, build_model(base, preset="paper", num_c=num_c, **settings).config)
+    if emb_type is not None:
+        kw["emb_type"] = emb_type
+    mods = load_pykt("cpu", (file,), root=src, pkg=f"_peer_{abs(hash(str(src)))}")
+    vocab = (num_c,) if name == "sakt" else (num_c, 0)  # sparseKT's second: problem ids
+    inner = getattr(mods[file], cls)(*vocab, seq_len=max_len, **kw)
     return PyktPeer(PeerConfig(num_c=num_c, model=name, kwargs=kw), inner), kw
+
+
+def build_ours(name: str, num_c: int) -> tuple[torch.nn.Module, dict]:
+    """Our model of `name` at the paper preset (the settings that make it pyKT's variant)."""
+    _, _, _, base, settings = PEERS[name]
+    model = build_model(base, preset="paper", num_c=num_c, **settings)
+    return model, dataclasses.asdict(model.config)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--pykt-src", required=True, help="a checkout's pykt/models")
     p.add_argument("--label", required=True, help="which revision, recorded in each row")
-    p.add_argument("--model", choices=sorted(EMB_TYPE), default="sparsekt")
+    p.add_argument("--model", choices=sorted(PEERS), default="sparsekt")
+    p.add_argument("--side", choices=("pykt", "ours", "both"), default="pykt",
+                   help="whose model to train (both: ours, then pyKT's)")  # fmt: skip
     p.add_argument("--data-dir", required=True)
     p.add_argument("--fold", type=int, default=0)
     p.add_argument("--epochs", type=int, default=30)
@@ -117,28 +154,36 @@ def main() -> None:
     cfg = TrainConfig.recipe(
         "workbook", epochs=a.epochs, patience=a.patience, progress=False, verbose=True
     )
-    torch.manual_seed(0)
-    model, kw = build_peer(a.model, Path(a.pykt_src), train.num_c, cfg.max_len)
-    t0 = time.perf_counter()
-    res = fit(model, train, valid, cfg, seed=0)
-    row = {
-        "model": a.model,
-        "pykt": a.label,
-        "data": Path(a.data_dir).name,
-        "fold": a.fold,
-        "kwargs": kw,
-        "max_students": a.max_students,
-        "best_epoch": res.best_epoch,
-        "epochs_run": len(res.history),
-        "valid": evaluate(res.model, valid),
-        "test": evaluate(res.model, test),
-        "seconds": round(time.perf_counter() - t0, 1),
-        "machine": device_name("cpu"),
-        "history": res.history.to_dict("records"),
-    }
-    print(json.dumps({k: row[k] for k in ("model", "pykt", "best_epoch", "test")}), flush=True)
-    with open(a.out, "a") as f:
-        f.write(json.dumps(row) + "\n")
+    for side in ("ours", "pykt") if a.side == "both" else (a.side,):
+        torch.manual_seed(0)
+        if side == "ours":
+            model, kw = build_ours(a.model, train.num_c)
+        else:
+            model, kw = build_peer(a.model, Path(a.pykt_src), train.num_c, cfg.max_len)
+        t0 = time.perf_counter()
+        res = fit(model, train, valid, cfg, seed=0)
+        row = {
+            "model": a.model,
+            "side": side,
+            "pykt": a.label,
+            "data": Path(a.data_dir).name,
+            "fold": a.fold,
+            "kwargs": kw,
+            "max_students": a.max_students,
+            "best_epoch": res.best_epoch,
+            "epochs_run": len(res.history),
+            "valid": evaluate(res.model, valid),
+            # the default protocol with AUC by position: auc@pos2+ is pyKT's scored steps
+            "test": evaluate_protocols(res.model, test)[DEFAULT_PROTOCOL],
+            "seconds": round(time.perf_counter() - t0, 1),
+            "machine": device_name("cpu"),
+            "history": res.history.to_dict("records"),
+        }
+        brief = {k: row[k] for k in ("model", "side", "pykt", "best_epoch")}
+        brief["test"] = {k: row["test"][k] for k in ("auc", "auc@pos2+")}
+        print(json.dumps(brief), flush=True)
+        with open(a.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
 
 
 if __name__ == "__main__":

@@ -164,6 +164,9 @@ def test_history_breakdown_scores_each_position_bucket_and_length_quartile():
     assert out["auc@pos11-50"] == pytest.approx(roc_auc_score(y[sel], prob[sel]))
     assert out["n@pos201+"] == 60
     assert sum(out[f"n@pos{b}"] for b in ("1-10", "11-50", "51-200", "201+")) == len(y)
+    later = step >= 1  # every step but each student's first (pyKT's scored steps)
+    assert out["n@pos2+"] == len(y) - len(lengths)
+    assert out["auc@pos2+"] == pytest.approx(roc_auc_score(y[later], prob[later]))
     assert sum(out[f"n@lenq{b}"] for b in range(1, 5)) == len(y)
     assert out["n@lenq4"] == 260  # the longest student alone in the top quartile
     assert out["auc@lenq4"] == pytest.approx(roc_auc_score(y[uid == 3], prob[uid == 3]))

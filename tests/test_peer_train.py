@@ -49,6 +49,31 @@ def test_the_prediction_for_step_t_is_read_as_ours_for_r_t():
     torch.testing.assert_close(logits[m], want[m])
 
 
+class ShiftedQueries(torch.nn.Module):
+    """pyKT's SAKT's signature: (q, r, qry) with q, r = x[:, :-1] and qry = shft_q; returns
+    sigmoid(0.1 * qry + 0.3 * r) [B, L-1], the prediction for steps 1.. only."""
+
+    def forward(self, q, r, qry):
+        assert q.shape == r.shape == qry.shape
+        return torch.sigmoid(0.1 * qry.float() + 0.3 * r.float())
+
+
+def test_sakt_predicts_from_step_1_and_step_0_is_a_constant_half():
+    data = simulate(num_students=12, seq_len=9, num_c=6, seed=1).data
+    full = next(iter(BatchLoader(data, batch_size=12, max_len=9)))
+    m = torch.arange(9)[None] < (torch.arange(12) % 9 + 1)[:, None]
+    batch = dataclasses.replace(full, q=full.q * m, r=full.r * m, mask=m)
+    model = PyktPeer(PeerConfig(num_c=6, model="sakt"), ShiftedQueries())
+    logits = model(batch).logits
+    c, r = batch.q.float(), batch.r.float()
+    prev = torch.cat((torch.zeros_like(r[:, :1]), r[:, :-1]), 1)
+    want = torch.logit(torch.sigmoid(0.1 * c + 0.3 * prev).clamp(EPS, 1 - EPS))
+    assert logits.shape == batch.q.shape and not logits[:, 0].any()
+    torch.testing.assert_close(logits[:, 1:][m[:, 1:]], want[:, 1:][m[:, 1:]])
+    one = dataclasses.replace(batch, q=batch.q[:, :1], r=batch.r[:, :1], mask=m[:, :1])
+    assert model(one).logits.shape == (12, 1)
+
+
 def test_it_trains_under_fit():
     data = simulate(num_students=40, seq_len=12, num_c=5, seed=2).data
     model = PyktPeer(PeerConfig(num_c=5), WholeWindow())
