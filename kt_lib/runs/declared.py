@@ -254,7 +254,7 @@ DECLARED = {
                 Part((ALG05, A15), ("atkt_mean_context",)),
                 Part((STATICS,), ("atkt", "atkt_mean_context"), folds=3),
                 # SAKT at pyKT's dropout, paired with the leaderboard's SAKT (adopted)
-                Part((STATICS,), ("sakt", "sakt_pykt"), folds=3),
+                Part((STATICS,), ("sakt", "sakt_pykt", "sakt_pykt_query"), folds=3),
                 Part((A15,), ("sakt_pykt",)),
                 # ... and without query positions on all five ASSIST2015 folds (pyKT's figure is
                 # their mean), paired with the leaderboard's five SAKT fold models (adopted)
