@@ -66,9 +66,9 @@ def test_a_part_with_its_own_folds_plans_them_and_first_and_only_keep_them():
 
     cells = folds(study)
     assert cells.pop(("statics2011", row)) == {1, 2, 3, 4, 5}
-    for m in ("atkt", "atkt_mean_context", "sakt", "sakt_pykt", "sakt_pykt_query"):
+    for m in ("atkt", "atkt_mean_context", "sakt", "sakt_seed_query"):
         assert cells.pop(("statics2011", m)) == {1, 2, 3}
-    for m in ("sakt", "sakt_pykt_query"):  # ASSIST2015's folds are 0-4
+    for m in ("sakt", "sakt_seed_query"):  # ASSIST2015's folds are 0-4
         assert cells.pop(("assist2015", m)) == {0, 1, 2, 3, 4}
     assert all(len(f) == 1 for f in cells.values()), cells
     assert folds(study.first(2))[("statics2011", row)] == {1, 2}

@@ -43,3 +43,15 @@ def test_queries_without_positions_are_the_question_embeddings_and_stay_causal()
         assert audit_causality(model, b, steps=list(range(L)), mode=mode)
     with pytest.raises((TypeError, ValueError), match="query_positions"):
         _model(query_positions="no")
+
+
+def test_the_paper_preset_has_the_papers_queries_and_the_seed_interface_the_seeds():
+    """The SAKT paper's queries are exercise embeddings alone (pyKT's too); seed 004's interface
+    adds P to them, as the seed specifies."""
+    from kt_lib.models.sakt_interface import SAKT
+
+    paper = build_model("sakt", preset="paper", num_c=NUM_C)
+    assert paper.config.query_positions is False and paper.net.query_positions is False
+    assert build_model("sakt", num_c=NUM_C).net.query_positions  # the seed's default config
+    seed = SAKT(number_questions=NUM_C, d=64, num_heads=4)
+    assert seed.net.query_positions
