@@ -407,6 +407,15 @@ def test_retire_moves_rows_a_fix_made_wrong_and_the_study_plans_them_again(tmp_p
         with pytest.raises(ValueError, match=message):
             studies.retire(study, *args, **kw)
 
+    # a label the study no longer plans (a variant since removed) is retired by name while the
+    # file holds its rows; the planned rows beside it stay
+    gone = {**rows[1], "model": "dkt_old", "run_key": rows[1]["run_key"].replace("dkt", "dkt_old")}
+    own.write_text(json.dumps({"args": {}, "protocol": "", "results": [rows[0], gone]}))
+    assert studies.retire(study, ["dkt_old"], None, "removed", None, **kw) == [gone]
+    assert json.loads(own.read_text())["results"] == [rows[0]]
+    with pytest.raises(ValueError, match=r"has no model \['dkt_old'\]"):  # none left in the file
+        studies.retire(study, ["dkt_old"], None, "removed", None, **kw)
+
 
 def test_render_names_the_retired_rows_and_why(tmp_path, monkeypatch):
     from kt_lib.runs import study as study_module

@@ -143,6 +143,23 @@ def in_flight_of(
     return sorted(names & held(study.name, checkpoints, parked_root))
 
 
+def retired_in_flight(
+    study: Study, models, datasets, path=None, data_root=DATA_ROOT, checkpoints=CHECKPOINTS,
+    parked_root=PARKED,
+) -> list[str]:  # fmt: skip
+    """The epoch checkpoints `retire` drops beside the rows of `models` x `datasets`: those of
+    their unfinished runs (`in_flight_of`). A label the study no longer plans but whose rows its
+    file still holds (a variant since removed) is retired by name and has none in flight; any
+    other name the study lacks is refused, not matched by nothing."""
+    kept = {r.get("model") for r in read_runs(Path(path or study.path))}
+    planned = {m for part in study.parts for m in part.models}
+    live = [m for m in models or () if m in planned or m not in kept]
+    if models and not live:  # removed labels only: nothing planned, nothing in flight
+        study.only(None, datasets)
+        return []
+    return in_flight_of(study, live, datasets, path, data_root, checkpoints, parked_root)
+
+
 def retire(
     study: Study, models, datasets, reason: str, before: str | None, path=None, into=None,
     dry_run: bool = False, checkpoints=CHECKPOINTS, parked_root=PARKED, data_root=DATA_ROOT,
@@ -160,7 +177,11 @@ def retire(
         raise ValueError("--reason: say why these rows are retired (it is stored with them)")
     if not models and not datasets:
         raise ValueError("name --models and/or --datasets: retire never takes a whole study")
-    study.only(models, datasets)  # a name the study lacks is refused, not matched by nothing
+    path = Path(path or study.path)
+    if flying is None:  # (and the names checked)
+        flying = retired_in_flight(
+            study, models, datasets, path, data_root, checkpoints, parked_root
+        )
     cut = None if before is None else utc(before)
 
     def select(r: dict) -> bool:
@@ -176,14 +197,11 @@ def retire(
             raise ValueError(f"{r['run_key']}: the row has no date to compare with --before")
         return utc(r["date"]) < cut
 
-    path = Path(path or study.path)
     chosen = [r for r in read_runs(path) if select(r)]
     if dry_run:
         return chosen
     # the checkpoints first (repeatable): a cut after the rows moved must not leave an epoch
     # checkpoint of the old code for the rerun to resume from
-    if flying is None:
-        flying = in_flight_of(study, models, datasets, path, data_root, checkpoints, parked_root)
     for name in [checkpoint_name(r["run_key"]) for r in chosen] + flying:
         discard(study.name, name, checkpoints, parked_root)
     note = {"reason": reason, "on": now(), "commit": git_commit()}
@@ -302,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     study = declared = get(a.name)
     if a.cmd == "retire":
         try:
-            flying = in_flight_of(study, a.models, a.datasets, data_root=a.data_root)
+            flying = retired_in_flight(study, a.models, a.datasets, data_root=a.data_root)
             moved = retire(study, a.models, a.datasets, a.reason, a.before, dry_run=a.dry_run,
                            data_root=a.data_root, flying=flying)  # fmt: skip
         except ValueError as e:
