@@ -22,8 +22,10 @@ DEFAULT_PROTOCOL = "per_question/window"
 # AUC by the scored step's position in the student's log (1-based, inclusive bounds)
 POSITION_BUCKETS = ((1, 10), (11, 50), (51, 200), (201, None))
 # and over every step but the student's first (`pos2+`, not a bucket: it overlaps them): the
-# steps pyKT scores, whose models predict step t + 1 from the steps up to t and so never score a
-# student's first step, which is predicted from the question alone
+# steps of the AUC pyKT reports (`window_testauc`, each step past 200 predicted from the 199
+# before it), whose models predict step t + 1 from the steps up to t and so never score a
+# student's first step, predicted from the question alone (its `testauc`, on 200-step chunks,
+# also leaves out each later chunk's first step)
 FROM_SECOND = "pos2+"
 
 
@@ -134,7 +136,7 @@ def _bucket_metrics(y: np.ndarray, prob: np.ndarray, select: np.ndarray) -> dict
 def history_breakdown(pred: dict[str, np.ndarray], lengths: dict[int, int]) -> dict[str, float]:
     """Per-question AUC/accuracy/count by the scored step's position in the student's log
     (`pos1-10`, `pos11-50`, `pos51-200`, `pos201+`; and `pos2+`, every step but the first, the
-    steps pyKT scores) and by the student's total log length
+    steps of pyKT's reported AUC) and by the student's total log length
     (`lenq1`..`lenq4`, quartiles over the scored students, each student counted once; bands
     are closed on the right, so students of one length share a band and ties at an edge can
     leave a band empty, e.g. algebra05's records cut at 200 steps): where short histories lose,

@@ -314,9 +314,10 @@ def test_sakt_seed_interface_example_and_validation():
         model(torch.zeros(1, 3), torch.zeros(1, 3).long(), torch.zeros(1, 1).long())
 
 
-def test_sakt_seed_interface_shares_registry_weights():
+@pytest.mark.parametrize("preset", ["tiny", "paper"])  # the paper's queries carry no position
+def test_sakt_seed_interface_shares_registry_weights(preset):
     torch.manual_seed(0)
-    reg = build_model("sakt", preset="tiny", num_c=10).eval()
+    reg = build_model("sakt", preset=preset, num_c=10).eval()
     public = SAKT.from_model(reg).eval()
     b = random_batch(10, B=3, L=8, ragged=False)
     # registry logits at t (reads < t) == public query at t+1 over history [0..t]

@@ -9,11 +9,13 @@ import dataclasses
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from peer_train import EPS, PeerConfig, PyktPeer  # noqa: E402
+from peer_train import EPS, PeerConfig, PyktPeer, after_window_start  # noqa: E402
 
 from kt_lib.data import BatchLoader  # noqa: E402
 from kt_lib.data.synthetic import simulate  # noqa: E402
@@ -72,6 +74,25 @@ def test_sakt_predicts_from_step_1_and_step_0_is_a_constant_half():
     torch.testing.assert_close(logits[:, 1:][m[:, 1:]], want[:, 1:][m[:, 1:]])
     one = dataclasses.replace(batch, q=batch.q[:, :1], r=batch.r[:, :1], mask=m[:, :1])
     assert model(one).logits.shape == (12, 1)
+
+
+def test_after_window_start_leaves_out_each_windows_first_step_only():
+    """The steps pyKT's SAKT predicts: every scored step but the first of each window (steps 0,
+    4, 8 at max_len 4), where the wrapper's p = 0.5 would otherwise count against it."""
+    from kt_lib.evaluate import predict
+    from kt_lib.metrics import binary_metrics
+
+    data = simulate(num_students=12, seq_len=9, num_c=6, seed=3).data
+    model = PyktPeer(PeerConfig(num_c=6, model="sakt"), ShiftedQueries())
+    pred = predict(model, data, max_len=4)
+    opens = pred["step"] % 4 == 0
+    assert np.allclose(pred["prob"][opens], 0.5)  # the constant the wrapper gives
+    want = binary_metrics(pred["y_true"][~opens], pred["prob"][~opens])
+    assert after_window_start(model, data, 4) == pytest.approx(want)
+    assert (
+        after_window_start(model, data, 4)["auc"]
+        != binary_metrics(pred["y_true"], pred["prob"])["auc"]
+    )
 
 
 def test_it_trains_under_fit():

@@ -415,6 +415,10 @@ def test_retire_moves_rows_a_fix_made_wrong_and_the_study_plans_them_again(tmp_p
     assert json.loads(own.read_text())["results"] == [rows[0]]
     with pytest.raises(ValueError, match=r"has no model \['dkt_old'\]"):  # none left in the file
         studies.retire(study, ["dkt_old"], None, "removed", None, **kw)
+    failed = {**gone, "error": "RuntimeError: boom"}  # a failed row is never retired: refused
+    own.write_text(json.dumps({"args": {}, "protocol": "", "results": [rows[0], failed]}))
+    with pytest.raises(ValueError, match=r"has no model \['dkt_old'\]"):
+        studies.retire(study, ["dkt_old"], None, "removed", None, **kw)
 
 
 def test_render_names_the_retired_rows_and_why(tmp_path, monkeypatch):

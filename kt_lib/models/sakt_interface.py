@@ -97,6 +97,7 @@ class SAKT(nn.Module):
         with quiet(SeedRangeWarning):  # sizes SAKTConfig validated (tiny, d x d FFN)
             public = cls(c.num_c, c.d, c.n_heads, c.d_ff, c.dropout, c.max_len)
         public.net.load_state_dict(model.net.state_dict())
+        public.net.query_positions = c.query_positions  # the paper preset's queries carry none
         return public
 
     def validate_input(

@@ -151,7 +151,8 @@ def retired_in_flight(
     their unfinished runs (`in_flight_of`). A label the study no longer plans but whose rows its
     file still holds (a variant since removed) is retired by name and has none in flight; any
     other name the study lacks is refused, not matched by nothing."""
-    kept = {r.get("model") for r in read_runs(Path(path or study.path))}
+    rows = read_runs(Path(path or study.path))
+    kept = {r.get("model") for r in rows if not r.get("error") and r.get("run_key")}  # retirable
     planned = {m for part in study.parts for m in part.models}
     live = [m for m in models or () if m in planned or m not in kept]
     if models and not live:  # removed labels only: nothing planned, nothing in flight
