@@ -81,6 +81,11 @@ def test_the_summary_is_model_by_dataset_with_mean_std_and_runs(tmp_path):
     assert lines[3] == "| akt | 0.7500 (1) | - |"
     assert "4 runs so far" in lines[5]
     assert render_summary(study, tmp_path / "none.json").startswith("No finished run yet")
+    # rows in the study's declared order, whatever order the runs landed in (a retired and
+    # rerun model's rows come last in the file)
+    study = Study("s", "?", (Part((("a", "line3"),), ("akt", "dkt")),))
+    lines = render_summary(study, path).splitlines()
+    assert lines[2].startswith("| akt |") and lines[3].startswith("| dkt |")
 
 
 def test_the_summary_marks_a_cell_whose_runs_mix_cpu_and_gpu(tmp_path):

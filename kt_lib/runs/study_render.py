@@ -172,7 +172,11 @@ def render_summary(study, path: str | Path | None = None) -> str:
     datasets = list(dict.fromkeys(runs["dataset"]))
     rows = []
     mixed = False
-    for model, part in runs.groupby("model", sort=False):
+    declared = list(dict.fromkeys(m for part in study.parts for m in part.models))
+    rank = {m: i for i, m in enumerate(declared)}  # the study's order; others after, as found
+    by_model = runs.groupby("model", sort=False)
+    for model in sorted(dict.fromkeys(runs["model"]), key=lambda m: rank.get(m, len(rank))):
+        part = by_model.get_group(model)
         row = {"model": model}
         for d in datasets:
             cell = part[(part["dataset"] == d) & part[metric].notna()]
