@@ -54,6 +54,23 @@ def git_commit() -> str:
         return "unknown"
 
 
+def contains(later: str | None, earlier: str | None) -> bool:
+    """Whether commit `later` holds commit `earlier` (git ancestry, each maybe "+dirty"); False
+    where either is unknown or git cannot tell (a copy of the tree without its history)."""
+    if not later or not earlier or "unknown" in (later, earlier):
+        return False
+    a, b = earlier.split("+")[0], later.split("+")[0]
+    try:
+        return (
+            subprocess.run(
+                ["git", "merge-base", "--is-ancestor", a, b], cwd=ROOT, capture_output=True
+            ).returncode
+            == 0
+        )
+    except OSError:
+        return False
+
+
 def run_commit() -> str | None:
     """The commit a results row records: `git_commit()`, None where it is unknown."""
     found = git_commit()

@@ -43,3 +43,21 @@ def test_device_kind_tells_gpus_from_cpus():
 )  # fmt: skip
 def test_device_kind_reads_integrated_graphics_as_a_cpu_and_missing_names_as_unknown(name, kind):
     assert provenance.device_kind(name) == kind
+
+
+def test_contains_reads_git_ancestry_and_refuses_the_unknown():
+    import subprocess
+
+    def rev(ref):
+        out = subprocess.run(["git", "rev-parse", "--short", ref], cwd=provenance.ROOT,
+                             capture_output=True, text=True)  # fmt: skip
+        if out.returncode:
+            pytest.skip("no git history here")
+        return out.stdout.strip()
+
+    head, parent = rev("HEAD"), rev("HEAD~1")
+    assert provenance.contains(head, parent) and provenance.contains(f"{head}+dirty", parent)
+    assert provenance.contains(head, head)
+    assert not provenance.contains(parent, head)
+    for later, earlier in ((None, parent), (head, None), ("unknown", parent), ("zzz", parent)):
+        assert not provenance.contains(later, earlier)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 
 import pytest
 
@@ -111,6 +112,31 @@ def test_a_retired_key_or_another_device_kind_is_not_adopted(three):
     assert adoption.adoptable(tiny, reg, data) == []  # tiny's dkt cell is on a CPU
     _write(tiny.path, [])
     assert [r["seed"] for r in adoption.adoptable(tiny, reg, data)] == [1, 2]
+
+
+def test_a_retired_key_rerun_on_the_fixed_code_is_adopted(three):
+    """A row whose commit holds the retirement's commit (git ancestry) ran the fixed code and is
+    adopted; one made on an older commit, or with none recorded, is not."""
+    from kt_lib.provenance import ROOT
+
+    def rev(ref):
+        out = subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, capture_output=True,
+                             text=True)  # fmt: skip
+        if out.returncode:
+            pytest.skip("no git history here")
+        return out.stdout.strip()
+
+    tiny, other, third, data, keys = three
+    reg = studies.STUDIES
+    fix, before, after = rev("HEAD~1"), rev("HEAD~2"), rev("HEAD")
+    _write(tiny.path, [_row(keys, 0, 0.70)])
+    note = {"reason": "fix", "on": MID, "commit": f"{fix}+dirty"}
+    _write(third.retired_path, [{**_row(keys, k, 0.6), "retired": note} for k in (1, 2)])
+    _write(other.path, [_row(keys, 1, 0.71, LATE, commit=f"{after}+dirty"),
+                        _row(keys, 2, 0.72, LATE, commit=before)])  # fmt: skip
+    assert [r["seed"] for r in adoption.adoptable(tiny, reg, data)] == [1]
+    _write(other.path, [_row(keys, 1, 0.71, LATE), _row(keys, 2, 0.72, LATE, commit=fix)])
+    assert [r["seed"] for r in adoption.adoptable(tiny, reg, data)] == [2]  # the fix itself
 
 
 def test_retire_names_the_copies_other_studies_adopted(three, capsys, monkeypatch):

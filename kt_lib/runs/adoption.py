@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..provenance import device_kind
+from ..provenance import contains, device_kind
 from .leaderboard import checkpoint_name
 from .parking import PARKED, discard, held
 from .record import utc
@@ -30,8 +30,9 @@ def adoptable(
     that `study` plans under the same run key and its file (`path`, default its own) has no
     finished row of, each with `adopted_from` (the study that trained it); the newest where
     several hold one (`planned`: the study's run keys where the caller has its plan). Left out:
-    - a key any study has retired: a row dated after the retirement may still have started
-      before the fix, or resumed from an old epoch checkpoint; such a run is trained again;
+    - a key any study has retired, unless the row's commit holds every retirement's commit of
+      that key (git ancestry: it ran the fixed code; `retire` dropped the old epoch
+      checkpoints): a row merely dated after a retirement may have started before the fix;
     - a row made on another kind of device (CPU, GPU) than every run the study already has in
       its cell: `precision` None resolves to fp32 on a CPU and tf32 on a GPU under one key, and
       a cell whose runs are on one kind stays so (an empty cell takes either)."""
@@ -48,12 +49,17 @@ def adoptable(
     kinds: dict[tuple, set[str]] = {}
     for r in mine:
         kinds.setdefault(_cell(r), set()).add(device_kind(r.get("device_name")))
-    retired = {r.get("run_key") for s in studies.values() for r in read_runs(s.retired_path)}
+    retired: dict[str, set] = {}  # key -> the commits its retirements were made at
+    for s in studies.values():
+        for r in read_runs(s.retired_path):
+            retired.setdefault(r.get("run_key"), set()).add((r.get("retired") or {}).get("commit"))
     best: dict[str, dict] = {}
     for n in (n for n in names if n != study.name):
         for r in read_runs(studies[n].path):
             key, kind = r.get("run_key"), device_kind(r.get("device_name"))
-            if r.get("error") or key not in planned or key in have or key in retired:
+            if r.get("error") or key not in planned or key in have:
+                continue
+            if key in retired and not all(contains(r.get("commit"), c) for c in retired[key]):
                 continue
             if kind not in kinds.get(_cell(r), {kind}):
                 continue
