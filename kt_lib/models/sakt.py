@@ -34,8 +34,9 @@ class SAKTConfig(BaseConfig):
     dropout: float = 0.1  # dropout (residual, FFN)
     attn_dropout: float | None = None  # dropout on the attention weights; None: `dropout`
     max_len: int = 200  # longest window (learned positions)
-    # add P to the queries as well as to the interactions (seed 004 section 4.3: Q = E(qry) + P);
-    # False is pyKT's sakt.py, whose queries carry no position (a diagnostic, docs/baselines.md)
+    # add P to the queries as well as to the interactions: True is seed 004's section 4.3 (Q =
+    # E(qry) + P; this default and the seed interface's), False the SAKT paper's and pyKT's
+    # sakt.py's queries, the exercise embeddings alone (the paper preset; docs/baselines.md)
     query_positions: bool = True
 
     BINARY = True
