@@ -61,13 +61,13 @@ from kt_lib.models.base import BaseConfig, KTModel, ModelOutput  # noqa: E402
 from kt_lib.provenance import device_name  # noqa: E402
 from kt_lib.train import TrainConfig, fit  # noqa: E402
 
-# name -> (pyKT's file and class, its emb_type or None, our registered model and its settings:
-# those of the baselines study's rows, kt_lib.runs.declared)
+# name -> (pyKT's file and class, its emb_type or None, whether its constructor takes a problem
+# count after num_c, our registered model and its settings: the baselines study's rows')
 TOPK, SOFT = {"selection": "topk", "k": 5}, {"selection": "soft", "ratio": 0.8}
 PEERS = {
-    "sparsekt": ("sparsekt", "sparseKT", "qid_sparseattn", "sparsekt", TOPK),
-    "sparsekt_soft": ("sparsekt", "sparseKT", "qid_accumulative_attn", "sparsekt", SOFT),
-    "sakt": ("sakt", "SAKT", None, "sakt", {}),
+    "sparsekt": ("sparsekt", "sparseKT", "qid_sparseattn", True, "sparsekt", TOPK),
+    "sparsekt_soft": ("sparsekt", "sparseKT", "qid_accumulative_attn", True, "sparsekt", SOFT),
+    "sakt": ("sakt", "SAKT", None, False, "sakt", {}),
 }
 EPS = 1e-6  # pyKT's models return probabilities; logits of them clamped away from 0 and 1
 
@@ -130,19 +130,19 @@ def after_window_start(model, data, max_len: int) -> dict[str, float]:
 
 def build_peer(name: str, src: Path, num_c: int, max_len: int) -> tuple[PyktPeer, dict]:
     """pyKT's model `name` from the checkout `src` at our paper preset's sizes."""
-    file, cls, emb_type, base, settings = PEERS[name]
+    file, cls, emb_type, takes_pid, base, settings = PEERS[name]
     kw, _ = their_sizes(base, build_model(base, preset="paper", num_c=num_c, **settings).config)
     if emb_type is not None:
         kw["emb_type"] = emb_type
     mods = load_pykt("cpu", (file,), root=src, pkg=f"_peer_{abs(hash(str(src)))}")
-    vocab = (num_c,) if name == "sakt" else (num_c, 0)  # sparseKT's second: problem ids
+    vocab = (num_c, 0) if takes_pid else (num_c,)  # no problem ids on either side
     inner = getattr(mods[file], cls)(*vocab, seq_len=max_len, **kw)
     return PyktPeer(PeerConfig(num_c=num_c, model=name, kwargs=kw), inner), kw
 
 
 def build_ours(name: str, num_c: int) -> tuple[torch.nn.Module, dict]:
     """Our model of `name` at the paper preset (the settings that make it pyKT's variant)."""
-    _, _, _, base, settings = PEERS[name]
+    *_, base, settings = PEERS[name]
     model = build_model(base, preset="paper", num_c=num_c, **settings)
     return model, dataclasses.asdict(model.config)
 

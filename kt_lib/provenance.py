@@ -3,6 +3,7 @@ CPU cores. A bottom-layer module: it imports nothing of kt_lib, so every layer m
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import re
@@ -54,6 +55,7 @@ def git_commit() -> str:
         return "unknown"
 
 
+@functools.cache  # one git call per pair of commits (adopt asks per row)
 def contains(later: str | None, earlier: str | None) -> bool:
     """Whether commit `later` holds commit `earlier` (git ancestry, each maybe "+dirty"); False
     where either is unknown or git cannot tell (a copy of the tree without its history)."""
