@@ -55,8 +55,8 @@ def test_first_n_narrows_every_cell_to_its_first_folds_with_the_same_keys(name):
 
 def test_a_part_with_its_own_folds_plans_them_and_first_and_only_keep_them():
     study = studies.get("baselines")  # one fold a cell, but its DKVMN authors' row on five
-    row = "dkvmn_authors_statics_sgd_sum"  # (the ATKT and SAKT pairs on Statics2011 on three, a
-    # SAKT pair on ASSIST2015's five)
+    row = "dkvmn_authors_statics_sgd_sum"  # (the ATKT pair and SAKT's diagnostics on
+    # Statics2011 on three, a SAKT pair on ASSIST2015's five)
 
     def folds(s):
         cells: dict = {}
@@ -66,7 +66,7 @@ def test_a_part_with_its_own_folds_plans_them_and_first_and_only_keep_them():
 
     cells = folds(study)
     assert cells.pop(("statics2011", row)) == {1, 2, 3, 4, 5}
-    for m in ("atkt", "atkt_mean_context", "sakt", "sakt_seed_query"):
+    for m in ("atkt", "atkt_mean_context", "sakt", "sakt_seed_query", "sakt_pykt"):
         assert cells.pop(("statics2011", m)) == {1, 2, 3}
     for m in ("sakt", "sakt_seed_query"):  # ASSIST2015's folds are 0-4
         assert cells.pop(("assist2015", m)) == {0, 1, 2, 3, 4}
