@@ -15,8 +15,9 @@ from kt_lib.runs.execute import ExecConfig
 from kt_lib.runs.leaderboard import check_plan, run_leaderboard
 from kt_lib.runs.leaderboard import main as leaderboard_main
 from kt_lib.runs.plan import LeaderboardPlan, fold_plan
+from kt_lib.runs.record import preset_digest
 from kt_lib.runs.results import add_runs, load_results, read_runs
-from kt_lib.runs.spec import ModelSettings
+from kt_lib.runs.spec import DEFAULT_PRESET, ModelSettings
 from kt_lib.runs.stats import compare_pairs
 from kt_lib.runs.tables import leaderboard, published_comparison, to_markdown
 from kt_lib.train import TrainConfig
@@ -299,6 +300,8 @@ def test_leaderboard_variants_are_labelled_configs_of_a_model(tmp_path):
     # d=6 from the model's overrides, d=4 from the variant, d=6 + 2 layers for the deep one
     assert params["dkt_narrow"] < params["dkt"] < params["dkt_deep"]
     assert runs["run_key"].is_unique
+    # each row stores its registered model's preset digest (a variant's is its base's)
+    assert set(runs["preset_digest"]) == {preset_digest("dkt", DEFAULT_PRESET)}
     lrs = {m: r["lr"] for m, r in zip(runs["model"], runs["train"], strict=True)}
     assert lrs["dkt_deep"] == 0.02 and lrs["dkt"] == lrs["dkt_narrow"] == TINY_TRAIN.lr
     trains = dict(zip(runs["model"], runs["train"], strict=False))  # each row its own recipe

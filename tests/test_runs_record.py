@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from kt_lib.models import MODELS
 from kt_lib.provenance import ROOT
-from kt_lib.runs.record import NESTED, RunRecord
+from kt_lib.runs.record import NESTED, RunRecord, preset_digest, stale_preset_rows
 
 
 def test_fields_that_do_not_apply_are_left_out():
@@ -34,3 +37,43 @@ def test_the_committed_results_rows_are_rows_of_this_schema():
                 and not k.startswith(("test_", "valid_", "diag_"))
             }  # fmt: skip
             assert not odd, (path.name, odd)
+
+
+def test_a_preset_digest_follows_what_the_preset_sets(monkeypatch):
+    cfg = MODELS["sakt"].config_cls
+    paper = preset_digest("sakt", "paper")
+    assert paper == cfg.preset_digest("paper") != cfg.preset_digest("tiny")
+    assert cfg.preset_digest("default") == MODELS["dkt"].config_cls.preset_digest("default")
+    assert preset_digest("sakt", "nonesuch") is None and preset_digest("nonesuch", "paper") is None
+    with pytest.raises(KeyError, match="unknown preset 'nonesuch' for SAKTConfig; valid: default"):
+        cfg.preset_digest("nonesuch")
+    # the same fields in another order are the same preset; one field changed is another
+    same = dict(reversed(list(cfg.PRESETS["paper"].items())))
+    monkeypatch.setattr(cfg, "PRESETS", {**cfg.PRESETS, "paper": same})
+    assert preset_digest("sakt", "paper") == paper
+    changed = {**same, "query_positions": not same.get("query_positions", True)}
+    monkeypatch.setattr(cfg, "PRESETS", {**cfg.PRESETS, "paper": changed})
+    assert preset_digest("sakt", "paper") != paper
+
+
+def test_rows_made_under_another_version_of_their_preset_are_found(monkeypatch):
+    paper = preset_digest("sakt", "paper")
+    rows = [
+        {"model": "sakt", "preset": "paper", "preset_digest": paper},
+        {"model": "sakt_x", "variant_of": "sakt", "preset": "paper", "preset_digest": paper},
+        {"model": "sakt", "preset": "paper"},  # written before digests were stored: not judged
+        {"model": "sakt", "preset": "tiny", "preset_digest": paper},  # another preset's digest
+    ]
+    assert stale_preset_rows(rows) == [rows[3]]
+    cfg = MODELS["sakt"].config_cls
+    edited = {**cfg.PRESETS["paper"], "dropout": 0.123}
+    monkeypatch.setattr(cfg, "PRESETS", {**cfg.PRESETS, "paper": edited})
+    assert stale_preset_rows(rows) == [rows[0], rows[1], rows[3]]
+
+
+def test_no_committed_row_was_made_under_another_version_of_its_preset():
+    """A preset edited after runs were made under it: retire those rows (`kt study retire`),
+    since their run keys (which hold the preset's name only) would still count them done."""
+    for path in sorted((ROOT / "results").glob("*.json")):
+        stale = stale_preset_rows(json.loads(path.read_text())["results"])
+        assert not stale, (path.name, [r["run_key"] for r in stale])

@@ -11,6 +11,7 @@ import pytest
 
 from kt_lib.data.formats import write_line3
 from kt_lib.data.synthetic import simulate
+from kt_lib.models import MODELS
 from kt_lib.models.base import KTModel
 from kt_lib.runs import execute as execute_module
 from kt_lib.runs import leaderboard as leaderboard_module
@@ -204,6 +205,11 @@ def test_run_add_trains_a_new_model_into_a_file_of_ones_own_and_pairs_it(
     assert paired["n_pairs"].tolist() == [1]
     studies.main(["status", "tiny", "--add", "sakt", "--out", str(mine), "--data-root", str(data)])
     assert "tiny: 1 runs done, 0 left" in capsys.readouterr().out
+    cfg = MODELS["sakt"].config_cls  # the tiny preset edited after the run: status says so
+    monkeypatch.setattr(cfg, "PRESETS", {**cfg.PRESETS, "tiny": {**cfg.PRESETS["tiny"], "d": 24}})
+    studies.main(["status", "tiny", "--add", "sakt", "--out", str(mine), "--data-root", str(data)])
+    hint = "1 sakt run(s) were made under another version of their preset: `kt study retire"
+    assert hint in capsys.readouterr().out
     studies.main(["park", "tiny", "--add", "sakt", "--out", str(mine)])  # nothing in flight
     assert "0 run(s) in results/inflight/tiny/" in capsys.readouterr().out
 

@@ -7,6 +7,7 @@ Causal contract: `logits[:, t]` predicts `r[:, t]` from q/pid at steps <= t and 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -17,6 +18,7 @@ from torch import nn
 
 from ..config import from_dict, read_mapping, require
 from ..data.dataset import Batch, KTDataset
+from ..fileio import short_digest
 from ..registry import Registry
 
 MODELS: Registry = Registry("model")
@@ -78,10 +80,23 @@ class BaseConfig:
         """The config of preset `name` (a key of `PRESETS`, or `default`), fields `kw` on top."""
         if name == "default":
             return cls(**kw)
+        return cls(**{**cls.preset_fields(name), **kw})
+
+    @classmethod
+    def preset_digest(cls, name: str = "default") -> str:
+        """A short digest of what preset `name` sets (its `PRESETS` entry; `default`: nothing).
+        A run's row stores it beside the preset's name, which is all its run key holds: a row
+        whose digest is not the preset's now was made under other settings of that name."""
+        fields = {} if name == "default" else cls.preset_fields(name)
+        return short_digest(json.dumps(fields, sort_keys=True, default=repr))
+
+    @classmethod
+    def preset_fields(cls, name: str) -> dict[str, Any]:
+        """The fields preset `name` sets (KeyError naming the valid presets if none)."""
         if name not in cls.PRESETS:
             valid = ", ".join(["default", *cls.PRESETS])
             raise KeyError(f"unknown preset {name!r} for {cls.__name__}; valid: {valid}")
-        return cls(**{**cls.PRESETS[name], **kw})
+        return cls.PRESETS[name]
 
     @classmethod
     def tiny(cls, **kw):

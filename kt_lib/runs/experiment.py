@@ -40,7 +40,7 @@ from ..train import (
     seeded,
 )
 from .data import DataSpec
-from .record import RunRecord, now
+from .record import RunRecord, now, preset_digest
 from .spec import DEFAULT_PRESET, EvalConfig, RunSpec, train_record, train_settings
 
 
@@ -441,6 +441,7 @@ def main(argv: list[str] | None = None) -> None:
             figures=res.figures(),
             data_format=data.data_format,
             protocol=bundle.protocol,
+            preset_digest=preset_digest(spec.model, spec.preset),
             wall_seconds=time.perf_counter() - t0 + res.earlier_seconds,
             device_name=device_name(tc.device),
             native=native.named(used),

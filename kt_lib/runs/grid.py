@@ -22,7 +22,7 @@ import pandas as pd
 from ..train import TrainConfig
 from .execute import ExecConfig, execute
 from .experiment import ExperimentResult
-from .record import RunRecord
+from .record import RunRecord, preset_digest
 from .spec import DEFAULT_PRESET, RunSpec
 from .tables import format_mean_std
 
@@ -151,6 +151,7 @@ def run_grid(
             label=cell.label,
             preset=cell.preset,
             factors=cell.columns(),
+            preset_digest=preset_digest(cell.model, cell.preset),
             figures=out.figures,
             protocol=out.protocol,
             error=out.error,

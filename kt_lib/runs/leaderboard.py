@@ -31,7 +31,7 @@ from ..provenance import run_commit
 from ..train import TrainConfig
 from .execute import ExecConfig, execute
 from .plan import LeaderboardPlan, PlannedRun
-from .record import RunRecord, now
+from .record import RunRecord, now, preset_digest
 from .results import add_runs, finished_runs, load_results, merge_files
 from .spec import DEFAULT_PRESET, train_record
 from .stats import compare_pairs, pairs_markdown
@@ -137,6 +137,7 @@ def run_plan(
             data_format=spec.data.data_format,
             protocol=out.protocol,
             run_key=run.key,
+            preset_digest=preset_digest(run.base, spec.preset),
             error=out.error,
             traceback=out.traceback,
             wall_seconds=out.wall_seconds,

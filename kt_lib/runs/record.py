@@ -4,11 +4,16 @@ leaderboard, `kt run`, a study).
 A row is flat: identity (dataset, model, fold, seed, variant or cell label, preset, factors),
 then the result's figures (test_<metric>, test_<metric>@<rows>/<history>, valid_<headline>,
 best_epoch, epochs, params, train/prepare seconds, threads, diag_<figure>), then how it ran
-(data format, the split's protocol statement, run_key, error and traceback of a failed run,
-wall seconds, device, the native kernels used, commit, date, training settings). `model` is the
-row's label: a variant's label with its registered model in `variant_of` (a grid names its cell
-in `label` beside the registered `model`). Fields that do not apply (None) are left out of the
-row, so the rows of the committed results files (results/*.json) are rows of this schema.
+(data format, the split's protocol statement, run_key, the preset's digest, error and
+traceback of a failed run, wall seconds, device, the native kernels used, commit, date,
+training settings). `model` is the row's label: a variant's label with its registered model in
+`variant_of` (a grid names its cell in `label` beside the registered `model`). Fields that do
+not apply (None) are left out of the row, so the rows of the committed results files
+(results/*.json) are rows of this schema.
+
+A run key holds a preset's name, not what it sets: `preset_digest` (stored since 2026-11-29)
+lets `stale_preset_rows` find the rows made before their preset was edited (a test keeps the
+committed files free of them; `kt study status` names them).
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..models import MODELS
 
 # per-run fields of a results file that are not table columns
 NESTED = ("valid", "history", "protocols", "train")
@@ -46,6 +53,7 @@ class RunRecord:
     data_format: str | None = None
     protocol: str | None = None
     run_key: str | None = None
+    preset_digest: str | None = None  # `preset_digest(model, preset)` when it ran
     error: str | None = None
     traceback: str | None = None
     wall_seconds: float | None = None
@@ -73,6 +81,7 @@ class RunRecord:
             "data_format": self.data_format,
             "protocol": self.protocol,
             "run_key": self.run_key,
+            "preset_digest": self.preset_digest,
             "error": self.error,
             "traceback": self.traceback,
             "wall_seconds": self.wall_seconds,
@@ -94,3 +103,26 @@ class RunRecord:
     def fields(cls) -> set[str]:
         """The row keys of a record's own fields (figures and factors aside)."""
         return set(cls.__dataclass_fields__) - {"figures", "factors"}
+
+
+def preset_digest(model: str, preset: str | None) -> str | None:
+    """The digest of registered `model`'s preset `preset` now (`BaseConfig.preset_digest`);
+    None when the model or the preset is gone (or `preset` is None)."""
+    if preset is None or model not in MODELS:
+        return None
+    try:
+        return MODELS[model].config_cls.preset_digest(preset)
+    except KeyError:
+        return None
+
+
+def stale_preset_rows(rows: list[dict]) -> list[dict]:
+    """The rows that store a preset digest other than their preset's now: made under settings
+    that the preset's name no longer means (a run key holds the name only). Rows written before
+    the digest was stored (none in the row) are not judged."""
+    return [
+        r
+        for r in rows
+        if r.get("preset_digest") is not None
+        and r["preset_digest"] != preset_digest(r.get("variant_of") or r["model"], r.get("preset"))
+    ]
