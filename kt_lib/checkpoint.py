@@ -53,11 +53,17 @@ def save_model(path: str | Path, model, meta: dict | None = None, optimizer=None
     tensors = {"model": model.state_dict(), "extra": model.extra_state()}
     if optimizer is not None:
         tensors["optimizer"] = optimizer.state_dict()
-    config = asdict(model.config)
-    if files_named(config):  # a SimAKT config read from a file: store what was read, so the
-        config["similarity"] = model.config.similarity_config().to_mapping()  # file can't move it
-    info = {"model": model.registry_name, "config": config, **(meta or {})}
+    info = {"model": model.registry_name, "config": config_record(model), **(meta or {})}
     write_pair(path, tensor_bytes(tensors), info)
+
+
+def config_record(model) -> dict:
+    """The config a checkpoint stores: the config's fields, and a SimAKT similarity read from a
+    file as what was read (so the file cannot move it)."""
+    config = asdict(model.config)
+    if files_named(config):
+        config["similarity"] = model.config.similarity_config().to_mapping()
+    return config
 
 
 def remove_checkpoint(prefix: str | Path | None) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import math
 import time
 import warnings
@@ -24,7 +25,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from .checkpoint import load_checkpoint, save_json, save_model
+from .checkpoint import config_record, load_checkpoint, save_json, save_model
 from .config import from_dict, require
 from .data.dataset import BatchLoader, KTDataset
 from .evaluate import (  # noqa: F401 -- the protocol's names, importable from here as before
@@ -261,14 +262,27 @@ def _check_splits(model: KTModel, train: KTDataset, valid: KTDataset, metric: st
         )
 
 
-def _resumable(cfg: TrainConfig) -> bool:
-    """Whether `<checkpoint>_last` can be resumed: it exists, and so does the best epoch's pair
-    it names (gone, e.g. removed by another process, the run starts afresh with a warning: its
-    best weights could not be returned)."""
+def _resumable(cfg: TrainConfig, model: KTModel) -> bool:
+    """Whether `<checkpoint>_last` can be resumed: it exists, its epochs ran on this kind of
+    device at this precision and under `model`'s config (a preset edited while the run was in
+    flight keeps its run key and the checkpoint's name), and the best epoch's pair it names
+    exists (gone, e.g. removed by another process, the run starts afresh with a warning: its best
+    weights could not be returned)."""
     last = _prefix(cfg, "last").with_suffix(".json")
     if not last.exists():
         return False
     meta = load_json(last)
+    saved = meta.get("config") or {}
+    now = json.loads(json.dumps(config_record(model)))  # as the checkpoint stored it
+    changed = sorted(k for k in saved.keys() & now.keys() if saved[k] != now[k])
+    if changed:  # fields added since the checkpoint are not compared: they had no value then
+        said = ", ".join(f"{k} {saved[k]!r} (now {now[k]!r})" for k in changed)
+        warnings.warn(
+            f"{last}: its epochs ran under another config ({said}); the run starts from epoch 0",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return False
     made = {k: meta[k] for k in _made_on(cfg) if k in meta}  # older checkpoints: not recorded
     if made and made != _made_on(cfg):  # one run's epochs on one kind of device, one precision
         warnings.warn(
@@ -360,7 +374,7 @@ def _fit(
             warnings.warn(note, UserWarning, stacklevel=3)
         prepare_seconds = time.perf_counter() - tp  # SimAKT: its memory banks
         opt = make_optimizer(cfg, model.param_groups(cfg.lr))
-        if cfg.resume and _resumable(cfg):
+        if cfg.resume and _resumable(cfg, model):
             meta, tensors = load_checkpoint(_prefix(cfg, "last"), cfg.device)  # hash-checked
             model.load_state_dict(tensors["model"])
             model.load_extra_state(tensors.get("extra", {}))

@@ -13,6 +13,7 @@ from kt_lib.data.synthetic import simulate
 from kt_lib.runs import adoption, studies
 from kt_lib.runs import study as study_module
 from kt_lib.runs.leaderboard import checkpoint_name
+from kt_lib.runs.record import preset_digest
 from kt_lib.runs.results import read_runs
 
 EARLY, MID, LATE = "2026-11-27T05:00:00+00:00", "2026-11-28T00:00", "2026-11-28T15:00Z"
@@ -112,6 +113,11 @@ def test_a_retired_key_or_another_device_kind_is_not_adopted(three):
     assert adoption.adoptable(tiny, reg, data) == []  # tiny's dkt cell is on a CPU
     _write(tiny.path, [])
     assert [r["seed"] for r in adoption.adoptable(tiny, reg, data)] == [1, 2]
+    # a row made under another version of its preset is not copied: it is to be retired there
+    now = {"preset": "tiny", "preset_digest": preset_digest("dkt", "tiny")}
+    edited = {"preset": "tiny", "preset_digest": "0123456789"}
+    _write(other.path, [_row(keys, 1, 0.71, **edited), _row(keys, 2, 0.72, **now)])
+    assert [r["seed"] for r in adoption.adoptable(tiny, reg, data)] == [2]
 
 
 def test_a_retired_key_rerun_on_the_fixed_code_is_adopted(three):

@@ -56,6 +56,17 @@ def test_a_preset_digest_follows_what_the_preset_sets(monkeypatch):
     assert preset_digest("sakt", "paper") != paper
 
 
+def test_every_preset_of_every_model_is_plain_data_with_one_digest():
+    """A digest is of json: a preset holding an object would fail here, not hash an address."""
+    for name, cls in MODELS.items():
+        for preset, fields in cls.config_cls.PRESETS.items():
+            assert json.loads(json.dumps(fields)) == fields, (name, preset)
+            assert cls.config_cls.preset_digest(preset) == preset_digest(name, preset)
+    fields = MODELS["sakt"].config_cls.preset_fields("paper")
+    fields["dropout"] = 0.0  # a copy: the preset is not edited through it
+    assert MODELS["sakt"].config_cls.PRESETS["paper"].get("dropout") != 0.0
+
+
 def test_rows_made_under_another_version_of_their_preset_are_found(monkeypatch):
     paper = preset_digest("sakt", "paper")
     rows = [
@@ -65,6 +76,7 @@ def test_rows_made_under_another_version_of_their_preset_are_found(monkeypatch):
         {"model": "sakt", "preset": "tiny", "preset_digest": paper},  # another preset's digest
     ]
     assert stale_preset_rows(rows) == [rows[3]]
+    assert stale_preset_rows([{**rows[3], "error": "E"}]) == []  # planned again anyway
     cfg = MODELS["sakt"].config_cls
     edited = {**cfg.PRESETS["paper"], "dropout": 0.123}
     monkeypatch.setattr(cfg, "PRESETS", {**cfg.PRESETS, "paper": edited})

@@ -17,6 +17,7 @@ from kt_lib.runs import execute as execute_module
 from kt_lib.runs import leaderboard as leaderboard_module
 from kt_lib.runs import studies
 from kt_lib.runs.execute import ExecConfig
+from kt_lib.runs.record import preset_digest
 
 
 @pytest.mark.parametrize("name", sorted(studies.STUDIES))
@@ -204,11 +205,13 @@ def test_run_add_trains_a_new_model_into_a_file_of_ones_own_and_pairs_it(
     paired = compare_pairs(both, ["sakt:dkt"], per="dataset")
     assert paired["n_pairs"].tolist() == [1]
     studies.main(["status", "tiny", "--add", "sakt", "--out", str(mine), "--data-root", str(data)])
-    assert "tiny: 1 runs done, 0 left" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "tiny: 1 runs done, 0 left" in said and "another version of their preset" not in said
     cfg = MODELS["sakt"].config_cls  # the tiny preset edited after the run: status says so
     monkeypatch.setattr(cfg, "PRESETS", {**cfg.PRESETS, "tiny": {**cfg.PRESETS["tiny"], "d": 24}})
     studies.main(["status", "tiny", "--add", "sakt", "--out", str(mine), "--data-root", str(data)])
-    hint = "1 sakt run(s) were made under another version of their preset: `kt study retire"
+    hint = "1 sakt run(s) were made under another version of their preset: `kt study retire tiny"
+    hint += " --models sakt --stale-presets"
     assert hint in capsys.readouterr().out
     studies.main(["park", "tiny", "--add", "sakt", "--out", str(mine)])  # nothing in flight
     assert "0 run(s) in results/inflight/tiny/" in capsys.readouterr().out
@@ -425,6 +428,20 @@ def test_retire_moves_rows_a_fix_made_wrong_and_the_study_plans_them_again(tmp_p
     own.write_text(json.dumps({"args": {}, "protocol": "", "results": [rows[0], failed]}))
     with pytest.raises(ValueError, match=r"has no model \['dkt_old'\]"):
         studies.retire(study, ["dkt_old"], None, "removed", None, **kw)
+
+    # --stale-presets: only the rows made under another version of their preset, not the rows
+    # of the same cells made since the edit (nor the rows written before digests were stored)
+    now = preset_digest("dkt", "tiny")
+    edited = {**rows[0], "preset": "tiny", "preset_digest": "0123456789"}
+    current = {**rows[1], "preset": "tiny", "preset_digest": now}
+    older = {**plan_all[2], "model": "dkt", "run_key": plan_all[2]["key"], "preset": "tiny"}
+    own.write_text(json.dumps({"args": {}, "protocol": "", "results": [edited, current, older]}))
+    assert studies.retire(study, ["dkt"], None, "edited", None, stale_presets=True, **kw) == [
+        edited
+    ]
+    assert [r["run_key"] for r in json.loads(own.read_text())["results"]] == [
+        current["run_key"], older["run_key"]
+    ]  # fmt: skip
 
 
 def test_render_names_the_retired_rows_and_why(tmp_path, monkeypatch):

@@ -368,6 +368,36 @@ def test_epochs_of_another_device_kind_or_precision_are_not_resumed(tmp_path):
     assert resumed.history.attrs["earlier_seconds"] > 0  # epochs 0-1 came from the checkpoint
 
 
+def test_epochs_made_under_another_config_are_not_resumed(tmp_path):
+    """A preset edited while its run was in flight keeps the run key, so the run's checkpoint
+    name: its epochs, made under the old settings, must not land under the new preset's digest
+    (a review). The run starts afresh, naming the field; fields the checkpoint predates are not
+    compared."""
+    data = make_tiny_dataset(5, 0)
+    prefix = str(tmp_path / "run")
+    kw = dict(epochs=2, patience=9, progress=False, checkpoint=prefix)
+
+    def run(**more):
+        torch.manual_seed(0)
+        model = build_model("sakt", preset="tiny", num_c=5, **more.pop("fields", {}))
+        return fit(model, data, data, **{**kw, **more})
+
+    run(epochs=1)
+    with pytest.warns(RuntimeWarning, match=r"another config \(query_positions True \(now False"):
+        again = run(resume=True, fields={"query_positions": False})
+    assert list(again.history["epoch"]) == [0, 1]  # from epoch 0, not from the carried epoch 1
+    last = tmp_path / "run_last.json"
+    meta = json.loads(last.read_text())
+    assert meta["config"]["query_positions"] is False and meta["epoch"] == 1
+    del meta["config"]["query_positions"]  # a checkpoint from before the field existed
+    last.write_text(json.dumps(meta))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        resumed = run(resume=True, epochs=3)
+    assert list(resumed.history["epoch"]) == [0, 1, 2]
+    assert resumed.history.attrs["earlier_seconds"] > 0  # epochs 0-1 came from the checkpoint
+
+
 def test_a_window_loss_trains_on_whole_batches_of_windows():
     """loss_per="window" is the DKVMN authors' loss over batches of `batch_size` windows; length
     bucketing made batches of 8 to 56 windows on Statics2011, so a step's weight was 1/8 to

@@ -6,6 +6,7 @@ Causal contract: `logits[:, t]` predicts `r[:, t]` from q/pid at steps <= t and 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -86,17 +87,19 @@ class BaseConfig:
     def preset_digest(cls, name: str = "default") -> str:
         """A short digest of what preset `name` sets (its `PRESETS` entry; `default`: nothing).
         A run's row stores it beside the preset's name, which is all its run key holds: a row
-        whose digest is not the preset's now was made under other settings of that name."""
+        whose digest is not the preset's now was made under other settings of that name.
+        Not covered: the config's class defaults (a field the preset leaves to them) and what a
+        named file says (SimAKT's similarity presets): an edit there is retired by hand."""
         fields = {} if name == "default" else cls.preset_fields(name)
-        return short_digest(json.dumps(fields, sort_keys=True, default=repr))
+        return short_digest(json.dumps(fields, sort_keys=True))  # plain data only: no repr
 
     @classmethod
     def preset_fields(cls, name: str) -> dict[str, Any]:
-        """The fields preset `name` sets (KeyError naming the valid presets if none)."""
+        """A copy of the fields preset `name` sets (KeyError naming the valid presets if none)."""
         if name not in cls.PRESETS:
             valid = ", ".join(["default", *cls.PRESETS])
             raise KeyError(f"unknown preset {name!r} for {cls.__name__}; valid: {valid}")
-        return cls.PRESETS[name]
+        return copy.deepcopy(cls.PRESETS[name])
 
     @classmethod
     def tiny(cls, **kw):

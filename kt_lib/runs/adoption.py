@@ -17,7 +17,7 @@ from pathlib import Path
 from ..provenance import contains, device_kind
 from .leaderboard import checkpoint_name
 from .parking import PARKED, discard, held
-from .record import utc
+from .record import stale_preset_rows, utc
 from .results import add_missing, read_runs
 from .study import CHECKPOINTS, DATA_ROOT, Study
 
@@ -35,7 +35,8 @@ def adoptable(
       checkpoints): a row merely dated after a retirement may have started before the fix;
     - a row made on another kind of device (CPU, GPU) than every run the study already has in
       its cell: `precision` None resolves to fp32 on a CPU and tf32 on a GPU under one key, and
-      a cell whose runs are on one kind stays so (an empty cell takes either)."""
+      a cell whose runs are on one kind stays so (an empty cell takes either);
+    - a row made under another version of its preset (`stale_preset_rows`): retire it there."""
     names = list(studies) if sources is None else list(sources)
     for n in names:
         if n not in studies:  # a misspelt name is refused, not matched by nothing
@@ -55,9 +56,11 @@ def adoptable(
             retired.setdefault(r.get("run_key"), set()).add((r.get("retired") or {}).get("commit"))
     best: dict[str, dict] = {}
     for n in (n for n in names if n != study.name):
-        for r in read_runs(studies[n].path):
+        rows = read_runs(studies[n].path)
+        stale = {id(r) for r in stale_preset_rows(rows)}
+        for r in rows:
             key, kind = r.get("run_key"), device_kind(r.get("device_name"))
-            if r.get("error") or key not in planned or key in have:
+            if r.get("error") or key not in planned or key in have or id(r) in stale:
                 continue
             if key in retired and not all(contains(r.get("commit"), c) for c in retired[key]):
                 continue

@@ -261,8 +261,9 @@ DECLARED = {
                 Part((STATICS,), ("atkt", "atkt_mean_context"), folds=3),
                 # SAKT with seed 004's queries (E + P) and at pyKT's dropout (0.2 against the
                 # preset's 0.5, which an ASSIST2009 sweep chose with the seed's queries), each
-                # paired with the leaderboard's SAKT (adopted), on all five ASSIST2015 folds
-                # (pyKT's figure is their mean)
+                # paired with the leaderboard's SAKT (adopted) on Statics2011 folds 1-3; on
+                # ASSIST2015 the seed's queries on all five folds (pyKT's figure is their
+                # mean), pyKT's dropout on fold 0
                 Part((STATICS,), ("sakt", "sakt_seed_query", "sakt_pykt"), folds=3),
                 Part((A15,), ("sakt_pykt",)),
                 Part((A15,), ("sakt", "sakt_seed_query"), folds=5),

@@ -441,7 +441,9 @@ def main(argv: list[str] | None = None) -> None:
             figures=res.figures(),
             data_format=data.data_format,
             protocol=bundle.protocol,
-            preset_digest=preset_digest(spec.model, spec.preset),
+            preset_digest=None
+            if spec.config is not None
+            else preset_digest(spec.model, spec.preset),
             wall_seconds=time.perf_counter() - t0 + res.earlier_seconds,
             device_name=device_name(tc.device),
             native=native.named(used),

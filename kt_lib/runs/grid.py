@@ -151,7 +151,8 @@ def run_grid(
             label=cell.label,
             preset=cell.preset,
             factors=cell.columns(),
-            preset_digest=preset_digest(cell.model, cell.preset),
+            # a cell built from its own config used no preset: no digest
+            preset_digest=preset_digest(cell.model, cell.preset) if cell.config is None else None,
             figures=out.figures,
             protocol=out.protocol,
             error=out.error,

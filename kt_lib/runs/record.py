@@ -124,5 +124,6 @@ def stale_preset_rows(rows: list[dict]) -> list[dict]:
         r
         for r in rows
         if r.get("preset_digest") is not None
+        and not r.get("error")  # a failed run is planned again anyway
         and r["preset_digest"] != preset_digest(r.get("variant_of") or r["model"], r.get("preset"))
     ]

@@ -165,7 +165,7 @@ def retired_in_flight(
 def retire(
     study: Study, models, datasets, reason: str, before: str | None, path=None, into=None,
     dry_run: bool = False, checkpoints=CHECKPOINTS, parked_root=PARKED, data_root=DATA_ROOT,
-    flying: list[str] | None = None,
+    flying: list[str] | None = None, stale_presets: bool = False,
 ) -> list[dict]:  # fmt: skip
     """Move the finished rows of `study` on `models` x `datasets` (None: any), dated before
     `before` (an ISO time; None: any), to `into` (default `study.retired_path`) with
@@ -174,7 +174,8 @@ def retire(
     go too (`in_flight_of`), whatever `before` says: an epoch records no commit, so a run in
     flight may hold the old code's epochs and, resumed, land as a row dated after the fix
     (`flying`: those names when the caller has them already, else found here).
-    `dry_run`: only return the rows."""
+    `stale_presets`: only the rows made under another version of their preset
+    (`stale_preset_rows`). `dry_run`: only return the rows."""
     if not reason.strip():
         raise ValueError("--reason: say why these rows are retired (it is stored with them)")
     if not models and not datasets:
@@ -185,9 +186,12 @@ def retire(
             study, models, datasets, path, data_root, checkpoints, parked_root
         )
     cut = None if before is None else utc(before)
+    stale = {r["run_key"] for r in stale_preset_rows(read_runs(path))} if stale_presets else None
 
     def select(r: dict) -> bool:
         if r.get("error") or not r.get("run_key"):  # an unkeyed row is planned by nothing
+            return False
+        if stale is not None and r["run_key"] not in stale:
             return False
         if (models and r.get("model") not in models) or (
             datasets and r.get("dataset") not in datasets
@@ -265,6 +269,8 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--datasets", nargs="+", default=None, metavar="DATASET")
     t.add_argument("--before", default=None, help="only rows dated before this ISO time (UTC)")
     t.add_argument("--reason", required=True, help="why (stored with each row)")
+    t.add_argument("--stale-presets", action="store_true",
+                   help="only rows made under another version of their preset")  # fmt: skip
     t.add_argument("--dry-run", action="store_true", help="list the rows, move nothing")
     t.add_argument("--data-root", default=str(DATA_ROOT))
     d = sub.add_parser(
@@ -324,7 +330,8 @@ def main(argv: list[str] | None = None) -> None:
         try:
             flying = retired_in_flight(study, a.models, a.datasets, data_root=a.data_root)
             moved = retire(study, a.models, a.datasets, a.reason, a.before, dry_run=a.dry_run,
-                           data_root=a.data_root, flying=flying)  # fmt: skip
+                           data_root=a.data_root, flying=flying,
+                           stale_presets=a.stale_presets)  # fmt: skip
         except ValueError as e:
             p.error(str(e))
         for name in flying:  # they may hold the old code's epochs
@@ -442,7 +449,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{hours:>7s}  {c['basis'] if c['left'] else ''}")  # fmt: skip
     _hint_adopt(study, keys, a.out, training=False)
     for m, n in Counter(r["model"] for r in stale_preset_rows(mine)).items():
-        fix = f"`kt study retire {study.name} --models {m} --reason ...`"
+        fix = f"`kt study retire {study.name} --models {m} --stale-presets --reason ...`"
         print(f"  {n} {m} run(s) were made under another version of their preset: {fix}")
     for p_ in left[:5]:
         print(f"  next: {p_['dataset']} {p_['model']} fold={p_['fold']} seed={p_['seed']}")
