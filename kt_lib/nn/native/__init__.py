@@ -38,6 +38,11 @@ import torch
 
 HERE = Path(__file__).parent
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fPIC", "-shared"]
+# a kernel's own flags beside FLAGS (x86-64 compilers: -mrecip is theirs): slot_chain's
+# vectorised distance loop takes an exact vector sqrt, not -ffast-math's reciprocal estimate and
+# Newton step (its scalar loop had sqrtss: the weights stay those of the runs made before it
+# vectorised); the others keep theirs
+KERNEL_FLAGS = {"slot_chain": ["-mrecip=!vec-sqrt"]}
 _ENABLED = True
 _LIBS: dict[str, ctypes.CDLL | None] = {}
 _WHY: dict[str, str] = {}
@@ -95,7 +100,9 @@ def _build(name: str, cc: str) -> Path:
     src = HERE / f"{name}.c"
     headers = [h.read_text() for h in sorted(HERE.glob("*.h"))]
     version = subprocess.run([cc, "--version"], capture_output=True, text=True).stdout
-    parts = [src.read_text(), *headers, version, " ".join(FLAGS), _cpu_signature()]
+    x86 = platform.machine().lower() in ("x86_64", "amd64")
+    flags = FLAGS + (KERNEL_FLAGS.get(name, []) if x86 else [])
+    parts = [src.read_text(), *headers, version, " ".join(flags), _cpu_signature()]
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
     out = cache_dir() / f"{name}-{key}.so"
     if out.exists():
@@ -104,7 +111,7 @@ def _build(name: str, cc: str) -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
     try:
-        cmd = [cc, *FLAGS, f"-I{HERE}", "-o", tmp, str(src), "-lm"]
+        cmd = [cc, *flags, f"-I{HERE}", "-o", tmp, str(src), "-lm"]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr.strip()}")

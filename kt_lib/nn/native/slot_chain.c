@@ -53,8 +53,24 @@ static inline float row_scores(const chunk_t *c, long b, long h, long t, long k,
     const float *restrict keep = c->keep + (c->keep_rows == 1 ? 0 : b) * c->S;
     const float lct = c->lc[base + t], theta = c->theta[h], tf = (float)t;
     float m = MASKED;
+#ifndef KT_SCALAR_DISTANCE
+    /* vectorised: every load unconditional and j converted through int (AVX2 converts no
+     * int64 vector to float); the kernel's flags keep the vector sqrt exact (-mrecip=!vec-sqrt),
+     * so each lane computes what the scalar loop below did, to the bit (tests/test_native.py) */
     for (long j = 0; j < n; j++) {
-        float q = lp[j] == lct ? 1.0f : pr[j] * sc; /* exactly 1: nothing after j */
+        const float p = pr[j] * sc, rj = r[j]; /* pr and r hold at least n values */
+        float q = lp[j] == lct ? 1.0f : p;     /* exactly 1: nothing after j */
+        float d = sqrtf(fmaxf(0.0f, (q - 1.0f) * ((float)(int)j - tf)));
+        float e = fmaxf(exp_(-theta * d), DECAY_MIN);
+        float v = keep[j] > 0.5f ? rj * e : MASKED;
+        s[j] = v;
+        dec[j] = e;
+        dis[j] = d;
+        m = fmaxf(m, v);
+    }
+#else /* the loop as it was until 2026-11-29 (scalar: its conditional loads and int64 j) */
+    for (long j = 0; j < n; j++) {
+        float q = lp[j] == lct ? 1.0f : pr[j] * sc;
         float d = sqrtf(fmaxf(0.0f, (q - 1.0f) * ((float)j - tf)));
         float e = fmaxf(exp_(-theta * d), DECAY_MIN);
         float v = keep[j] > 0.5f ? r[j] * e : MASKED;
@@ -63,6 +79,7 @@ static inline float row_scores(const chunk_t *c, long b, long h, long t, long k,
         dis[j] = d;
         m = fmaxf(m, v);
     }
+#endif
     return m;
 }
 
