@@ -72,6 +72,7 @@ def test_a_part_with_its_own_folds_plans_them_and_first_and_only_keep_them():
         assert cells.pop(("statics2011", m)) == {1, 2, 3}
     for m in ("sakt", "sakt_seed_query"):  # ASSIST2015's folds are 0-4
         assert cells.pop(("assist2015", m)) == {0, 1, 2, 3, 4}
+        assert cells.pop(("assist2009", m)) == {1, 2, 3}
     assert all(len(f) == 1 for f in cells.values()), cells
     assert folds(study.first(2))[("statics2011", row)] == {1, 2}
     assert folds(study.only([row])) == {("statics2011", row): {1, 2, 3, 4, 5}}

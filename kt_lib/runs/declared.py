@@ -265,6 +265,10 @@ DECLARED = {
                 # ASSIST2015 the seed's queries on all five folds (pyKT's figure is their
                 # mean), pyKT's dropout on fold 0
                 Part((STATICS,), ("sakt", "sakt_seed_query", "sakt_pykt"), folds=3),
+                # ... and the seed's queries on ASSIST2009, where the leaderboard's SAKT lost
+                # 0.029 when the preset dropped them (2026-11-29): its skill-builder logs repeat
+                # the last step's skill at 55% of steps (Statics2011: 0.1%)
+                Part((A09,), ("sakt", "sakt_seed_query"), folds=3),
                 Part((A15,), ("sakt_pykt",)),
                 Part((A15,), ("sakt", "sakt_seed_query"), folds=5),
             ),
