@@ -273,7 +273,7 @@ def _resumable(cfg: TrainConfig, model: KTModel) -> bool:
         return False
     meta = load_json(last)
     saved = meta.get("config") or {}
-    now = json.loads(json.dumps(config_record(model)))  # as the checkpoint stored it
+    now = json.loads(json.dumps(config_record(model), default=str))  # as save_json stores it
     changed = sorted(k for k in saved.keys() & now.keys() if saved[k] != now[k])
     if changed:  # fields added since the checkpoint are not compared: they had no value then
         said = ", ".join(f"{k} {saved[k]!r} (now {now[k]!r})" for k in changed)

@@ -8,6 +8,7 @@ on the same float32 inputs, outputs and every gradient, so a wrong C line fails.
 
 from __future__ import annotations
 
+import platform
 import subprocess
 import tempfile
 from pathlib import Path
@@ -165,6 +166,9 @@ def test_library_is_cached_by_source_and_cpu(tmp_path, monkeypatch):
 
 
 @needs_cc
+@pytest.mark.skipif(  # KERNEL_FLAGS (the define below goes through them) are x86-64's only
+    platform.machine().lower() not in ("x86_64", "amd64"), reason="x86-64 kernel flags"
+)
 def test_the_vectorised_slot_chain_computes_what_its_scalar_loops_did(tmp_path, monkeypatch):
     """slot_chain's distance loop vectorises (2026-11-29: 2.6-3.6x the kernel's speed) with an
     exact vector sqrt (`KERNEL_FLAGS`), so weights, outputs and gradients equal those of the
