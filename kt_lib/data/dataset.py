@@ -85,6 +85,19 @@ class KTDataset:
         pid, q = (np.concatenate([getattr(s, k) for s in seqs]) for k in ("pid", "q"))
         return int((~opens_question(uid, step, pid, q)).sum())
 
+    def repeats(self) -> dict[str, float]:
+        """How blocked the logs are, over every step but a student's first: `same_skill`, the
+        share whose skill is the previous step's; `same_response`, the share of those whose
+        response is the previous step's too (skill-builder logs: ASSIST2009's test file 0.55
+        and 0.67; Statics2011's 0.001). nan where no student has two steps."""
+        pairs = [(s.q[1:] == s.q[:-1], s.r[1:] == s.r[:-1]) for s in self.students if len(s) > 1]
+        if not pairs:
+            return {"same_skill": float("nan"), "same_response": float("nan")}
+        skill = np.concatenate([p[0] for p in pairs])
+        both = np.concatenate([p[0] & p[1] for p in pairs])
+        rate = both.sum() / skill.sum() if skill.any() else float("nan")
+        return {"same_skill": float(skill.mean()), "same_response": float(rate)}
+
     def warn_problem_copies(self, model: str, why: str) -> None:
         """A UserWarning naming `model` where `problem_copies` finds any (`why`: pyKT's way)."""
         copies = self.problem_copies()
