@@ -1,0 +1,135 @@
+"""DTransformer's Block 4 C kernel alone (kt_lib/nn/native/slot_chain.c): this checkout's build
+against the same file at another git revision, in one process, on the same inputs.
+
+    python benchmarks/bench_slot_kernel.py --base REV [--batch 4] [--repeats 7]
+        [--out benchmarks/results/slot_kernel_cpu.json]
+
+One chunk of B rows at DTransformer's paper sizes (H = 8 heads, K = 16 slots, S = L = 200 steps,
+strict mask, every key kept; random scores, log-masses from a random walk), one thread. Times
+the three entry points: `slot_weights` as the forward calls it (weights only), `slot_weights`
+as the backward's recompute calls it (also writing decay, distance, 1 / sum and the argmax),
+and `slot_grads`; medians over --repeats calls each, the two builds alternated call by call.
+The base is compiled here with `kt_lib.nn.native.FLAGS` (a revision before KERNEL_FLAGS had
+none); this checkout's is `native.load`'s. Also: whether the two builds' weights and gradients
+are equal to the bit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from bench_models import cpu_model
+
+from kt_lib.nn import native
+from kt_lib.provenance import ROOT
+
+H, K, S = 8, 16, 200
+
+
+def base_library(rev: str, tmp: Path) -> ctypes.CDLL:
+    """slot_chain.c (and the header it includes) as of `rev`, built here with FLAGS."""
+    for path in ("kt_lib/nn/native/slot_chain.c", "kt_lib/nn/native/fastmath.h"):
+        text = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{rev}:{path}"], check=True, capture_output=True,
+            text=True,
+        ).stdout  # fmt: skip
+        (tmp / Path(path).name).write_text(text)
+    lib = tmp / "slot_chain_base.so"
+    cmd = ["cc", *native.FLAGS, f"-I{tmp}", "-o", str(lib), str(tmp / "slot_chain.c"), "-lm"]
+    subprocess.run(cmd, check=True)
+    return ctypes.CDLL(str(lib))
+
+
+def inputs(B: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    lp = (0.01 * torch.randn(B, H, K, S, generator=g)).cumsum(-1) - 5.0
+    return {
+        "r": 3 * torch.randn(B, H, K, S, generator=g), "lp": lp,
+        "lc": torch.logcumsumexp(lp, -1), "keep": torch.ones(1, S),
+        "theta": torch.rand(H, generator=g),
+    }  # fmt: skip
+
+
+def calls(lib: ctypes.CDLL, x: dict, B: int):
+    """(forward, recompute, grads) closures over fresh buffers, and the buffers."""
+    P, L = ctypes.c_void_p, ctypes.c_long
+    ptr = lambda t: P(t.data_ptr())  # noqa: E731
+    head = [ptr(x["r"]), ptr(x["lp"]), ptr(x["lc"]), ptr(x["keep"]), L(1), ptr(x["theta"])]
+    head += [L(B), L(H), L(K), L(S), L(0), L(B), L(0), L(S), L(S), ctypes.c_int(1), L(0), L(B * H)]
+    w = torch.empty(B, H, S, K, S)
+    buf = {"w": w, "dec": torch.empty_like(w), "dis": torch.empty_like(w)}
+    buf |= {"inv": torch.empty(B, H, S, K), "arg": torch.empty(B, H, S, K, dtype=torch.int32)}
+    buf |= {"gw": torch.randn(w.shape, generator=torch.Generator().manual_seed(1))}
+    buf |= {"gr": torch.zeros(B, H, K, S), "part": torch.zeros(B * H)}
+    record = [ptr(buf[k]) for k in ("w", "dec", "dis", "inv", "arg")]
+
+    def forward():
+        lib.slot_weights(*head, ptr(buf["w"]), P(0), P(0), P(0), P(0))
+
+    def recompute():
+        lib.slot_weights(*head, *record)
+
+    def grads():
+        buf["gr"].zero_()
+        buf["part"].zero_()
+        lib.slot_grads(*head, *record, ptr(buf["gw"]), ptr(buf["gr"]), ptr(buf["part"]))
+
+    return (forward, recompute, grads), buf
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--base", required=True, help="the git revision to compare with")
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--out", default="benchmarks/results/slot_kernel_cpu.json")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    ours = native.load("slot_chain")
+    if ours is None:
+        sys.exit(f"slot_chain does not build here: {native.why_not('slot_chain')}")
+    x = inputs(a.batch)
+    with tempfile.TemporaryDirectory() as tmp:
+        libs = {"this checkout": ours, a.base: base_library(a.base, Path(tmp))}
+        built = {label: calls(lib, x, a.batch) for label, lib in libs.items()}
+        names = ("forward", "recompute", "grads")
+        times = {(label, n): [] for label in libs for n in names}
+        for rep in range(a.repeats + 1):  # the first round is the warm-up
+            order = list(built.items())
+            for label, (fns, _) in order if rep % 2 else order[::-1]:
+                for n, fn in zip(names, fns, strict=True):
+                    t0 = time.perf_counter()
+                    fn()
+                    if rep:
+                        times[label, n].append(time.perf_counter() - t0)
+        (_, a_buf), (_, b_buf) = built.values()
+        equal = {k: bool(torch.equal(a_buf[k], b_buf[k])) for k in ("w", "dec", "dis", "gr")}
+    rows = []
+    for label in libs:
+        row = {"version": label}
+        for n in names:
+            row[f"{n}_ms"] = 1000 * statistics.median(times[label, n])
+        rows.append(row)
+        print(f"{label:14s} " + "  ".join(f"{n} {row[f'{n}_ms']:7.1f} ms" for n in names))
+    print("equal to the bit:", equal)
+    out = {
+        "cpu": cpu_model(), "threads": 1, "repeats": a.repeats, "base": a.base,
+        "B": a.batch, "H": H, "K": K, "S": S, "results": rows, "equal": equal,
+        "kernel_flags": native.KERNEL_FLAGS.get("slot_chain", []),
+    }  # fmt: skip
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(out, indent=1))
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
