@@ -337,6 +337,15 @@ def test_a_resumed_run_whose_best_weights_are_gone_starts_afresh(tmp_path):
     assert again.best_metric == pytest.approx(straight.best_metric)
 
 
+def _resumes_without_a_warning(run) -> None:
+    """`run(resume=True, epochs=3)` resumes the checkpoint's epochs 0-1 with no RuntimeWarning."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        resumed = run(resume=True, epochs=3)
+    assert list(resumed.history["epoch"]) == [0, 1, 2]
+    assert resumed.history.attrs["earlier_seconds"] > 0  # epochs 0-1 came from the checkpoint
+
+
 def test_epochs_of_another_device_kind_or_precision_are_not_resumed(tmp_path):
     """A run's epochs come from one kind of device at one precision: a checkpoint carried from
     this CPU to a GPU (or resumed in bf16) would land as a row of the second alone, paired and
@@ -361,11 +370,7 @@ def test_epochs_of_another_device_kind_or_precision_are_not_resumed(tmp_path):
     meta = json.loads(last.read_text())
     older = {k: v for k, v in meta.items() if k not in ("device_kind", "precision")}
     last.write_text(json.dumps(older))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        resumed = run(resume=True, epochs=3)
-    assert list(resumed.history["epoch"]) == [0, 1, 2]
-    assert resumed.history.attrs["earlier_seconds"] > 0  # epochs 0-1 came from the checkpoint
+    _resumes_without_a_warning(run)
 
 
 def test_epochs_made_under_another_config_are_not_resumed(tmp_path):
@@ -391,11 +396,7 @@ def test_epochs_made_under_another_config_are_not_resumed(tmp_path):
     assert meta["config"]["query_positions"] is False and meta["epoch"] == 1
     del meta["config"]["query_positions"]  # a checkpoint from before the field existed
     last.write_text(json.dumps(meta))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", RuntimeWarning)
-        resumed = run(resume=True, epochs=3)
-    assert list(resumed.history["epoch"]) == [0, 1, 2]
-    assert resumed.history.attrs["earlier_seconds"] > 0  # epochs 0-1 came from the checkpoint
+    _resumes_without_a_warning(run)
 
 
 def test_a_window_loss_trains_on_whole_batches_of_windows():

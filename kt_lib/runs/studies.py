@@ -186,7 +186,8 @@ def retire(
             study, models, datasets, path, data_root, checkpoints, parked_root
         )
     cut = None if before is None else utc(before)
-    stale = {r["run_key"] for r in stale_preset_rows(read_runs(path))} if stale_presets else None
+    rows = read_runs(path)
+    stale = {r["run_key"] for r in stale_preset_rows(rows)} if stale_presets else None
 
     def select(r: dict) -> bool:
         if r.get("error") or not r.get("run_key"):  # an unkeyed row is planned by nothing
@@ -203,7 +204,7 @@ def retire(
             raise ValueError(f"{r['run_key']}: the row has no date to compare with --before")
         return utc(r["date"]) < cut
 
-    chosen = [r for r in read_runs(path) if select(r)]
+    chosen = [r for r in rows if select(r)]
     if dry_run:
         return chosen
     # the checkpoints first (repeatable): a cut after the rows moved must not leave an epoch
