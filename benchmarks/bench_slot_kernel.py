@@ -6,19 +6,24 @@ against the same file at another git revision, in one process, on the same input
 
 One chunk of B rows at DTransformer's paper sizes (H = 8 heads, K = 16 slots, S = L = 200 steps,
 strict mask, every key kept; random scores, log-masses from a random walk), one thread. Times
-the three entry points: `slot_weights` as the forward calls it (weights only), `slot_weights`
-as the backward's recompute calls it (also writing decay, distance, 1 / sum and the argmax),
-and `slot_grads`; medians over --repeats calls each, the two builds alternated call by call.
-The base is compiled here with `kt_lib.nn.native.FLAGS` (a revision before KERNEL_FLAGS had
-none); this checkout's is `native.load`'s. Also: whether the two builds' weights and gradients
-are equal to the bit.
+the forward (`slot_weights`, the weights only) and the backward: `slot_backward`, one pass that
+recomputes the weights and adds the score and decay gradients, or in a revision before it
+(2026-11-29) `slot_weights` also writing decay, distance, 1 / sum and the argmax, then
+`slot_grads` reading them; medians over --repeats calls each, the two builds alternated call by
+call. The base is compiled here with `kt_lib.nn.native.FLAGS` and its own KERNEL_FLAGS entry for
+slot_chain (read from the revision; none before 2026-11-29); this checkout's is `native.load`'s.
+Also: whether the two builds' weights (the forward's, `w`, and the backward's, `wb`), dL/dr
+(`gr`) and dL/dtheta's terms (`part`) are equal to the bit.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import ctypes
 import json
+import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -35,8 +40,21 @@ from kt_lib.provenance import ROOT
 H, K, S = 8, 16, 200
 
 
+def revision_flags(rev: str) -> list[str]:
+    """slot_chain's own compiler flags at `rev` (its KERNEL_FLAGS entry; none before it existed):
+    x86-64 only, as `native.load` adds them."""
+    text = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{rev}:kt_lib/nn/native/__init__.py"], check=True,
+        capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    found = re.search(r"^KERNEL_FLAGS = (\{.*\})$", text, re.M)
+    flags = ast.literal_eval(found.group(1)).get("slot_chain", []) if found else []
+    return flags if platform.machine().lower() in ("x86_64", "amd64") else []
+
+
 def base_library(rev: str, tmp: Path) -> ctypes.CDLL:
-    """slot_chain.c (and the header it includes) as of `rev`, built here with FLAGS."""
+    """slot_chain.c (and the header it includes) as of `rev`, built here with FLAGS and the
+    revision's own flags for it."""
     for path in ("kt_lib/nn/native/slot_chain.c", "kt_lib/nn/native/fastmath.h"):
         text = subprocess.run(
             ["git", "-C", str(ROOT), "show", f"{rev}:{path}"], check=True, capture_output=True,
@@ -44,7 +62,8 @@ def base_library(rev: str, tmp: Path) -> ctypes.CDLL:
         ).stdout  # fmt: skip
         (tmp / Path(path).name).write_text(text)
     lib = tmp / "slot_chain_base.so"
-    cmd = ["cc", *native.FLAGS, f"-I{tmp}", "-o", str(lib), str(tmp / "slot_chain.c"), "-lm"]
+    flags = [*native.FLAGS, *revision_flags(rev)]
+    cmd = ["cc", *flags, f"-I{tmp}", "-o", str(lib), str(tmp / "slot_chain.c"), "-lm"]
     subprocess.run(cmd, check=True)
     return ctypes.CDLL(str(lib))
 
@@ -59,31 +78,50 @@ def inputs(B: int) -> dict[str, torch.Tensor]:
     }  # fmt: skip
 
 
+def fused(lib: ctypes.CDLL) -> bool:
+    """Whether `lib` has the one-pass backward (`slot_backward`, 2026-11-29), else the recompute
+    (`slot_weights` also writing decay, distance, 1 / sum and the argmax) and `slot_grads`."""
+    try:
+        lib.slot_backward  # noqa: B018
+    except AttributeError:
+        return False
+    return True
+
+
 def calls(lib: ctypes.CDLL, x: dict, B: int):
-    """(forward, recompute, grads) closures over fresh buffers, and the buffers."""
+    """(forward, backward) closures over fresh buffers, and the buffers."""
     P, L = ctypes.c_void_p, ctypes.c_long
     ptr = lambda t: P(t.data_ptr())  # noqa: E731
     head = [ptr(x["r"]), ptr(x["lp"]), ptr(x["lc"]), ptr(x["keep"]), L(1), ptr(x["theta"])]
     head += [L(B), L(H), L(K), L(S), L(0), L(B), L(0), L(S), L(S), ctypes.c_int(1), L(0), L(B * H)]
     w = torch.empty(B, H, S, K, S)
-    buf = {"w": w, "dec": torch.empty_like(w), "dis": torch.empty_like(w)}
-    buf |= {"inv": torch.empty(B, H, S, K), "arg": torch.empty(B, H, S, K, dtype=torch.int32)}
+    buf = {"w": w, "wb": torch.empty_like(w)}  # the forward's weights, the backward's
     buf |= {"gw": torch.randn(w.shape, generator=torch.Generator().manual_seed(1))}
     buf |= {"gr": torch.zeros(B, H, K, S), "part": torch.zeros(B * H)}
-    record = [ptr(buf[k]) for k in ("w", "dec", "dis", "inv", "arg")]
+    grads = [ptr(buf["gw"]), ptr(buf["gr"]), ptr(buf["part"])]
+    if fused(lib):
+        forward = lambda: lib.slot_weights(*head, ptr(buf["w"]))  # noqa: E731
+        one_pass = [ptr(buf["gw"]), ptr(buf["wb"]), ptr(buf["gr"]), ptr(buf["part"])]
+        backward_calls = [lambda: lib.slot_backward(*head, *one_pass)]
+    else:
+        forward = lambda: lib.slot_weights(*head, ptr(buf["w"]), P(0), P(0), P(0), P(0))  # noqa: E731
+        rows = (B, H, S, K)
+        saved = [torch.empty_like(w), torch.empty_like(w), torch.empty(rows)]
+        saved.append(torch.empty(rows, dtype=torch.int32))
+        buf["saved"] = saved
+        record = [ptr(buf["wb"]), *(ptr(t) for t in saved)]
+        backward_calls = [
+            lambda: lib.slot_weights(*head, *record),
+            lambda: lib.slot_grads(*head, *record, *grads),
+        ]
 
-    def forward():
-        lib.slot_weights(*head, ptr(buf["w"]), P(0), P(0), P(0), P(0))
-
-    def recompute():
-        lib.slot_weights(*head, *record)
-
-    def grads():
+    def backward():
         buf["gr"].zero_()
         buf["part"].zero_()
-        lib.slot_grads(*head, *record, ptr(buf["gw"]), ptr(buf["gr"]), ptr(buf["part"]))
+        for call in backward_calls:
+            call()
 
-    return (forward, recompute, grads), buf
+    return (forward, backward), buf
 
 
 def main() -> None:
@@ -101,7 +139,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         libs = {"this checkout": ours, a.base: base_library(a.base, Path(tmp))}
         built = {label: calls(lib, x, a.batch) for label, lib in libs.items()}
-        names = ("forward", "recompute", "grads")
+        names = ("forward", "backward")
         times = {(label, n): [] for label in libs for n in names}
         for rep in range(a.repeats + 1):  # the first round is the warm-up
             order = list(built.items())
@@ -112,7 +150,8 @@ def main() -> None:
                     if rep:
                         times[label, n].append(time.perf_counter() - t0)
         (_, a_buf), (_, b_buf) = built.values()
-        equal = {k: bool(torch.equal(a_buf[k], b_buf[k])) for k in ("w", "dec", "dis", "gr")}
+        keys = ("w", "wb", "gr", "part")
+        equal = {k: bool(torch.equal(a_buf[k], b_buf[k])) for k in keys}
     rows = []
     for label in libs:
         row = {"version": label}
@@ -125,6 +164,7 @@ def main() -> None:
         "cpu": cpu_model(), "threads": 1, "repeats": a.repeats, "base": a.base,
         "B": a.batch, "H": H, "K": K, "S": S, "results": rows, "equal": equal,
         "kernel_flags": native.KERNEL_FLAGS.get("slot_chain", []),
+        "base_kernel_flags": revision_flags(a.base),
     }  # fmt: skip
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(out, indent=1))

@@ -7,7 +7,8 @@ Block 4 kernel: its step is the same in both columns, measured in the same round
         [--repeats 3] [--threads 1] [--out benchmarks/results/slots_revision_cpu.json]
 
 The base's two files (and the C header they share) are read with `git show`, its C compiled
-with the native kernels' flags into a temporary folder, and its module loaded beside ours
+with the native kernels' flags and the revision's own for it (`bench_slot_kernel.base_library`)
+into a temporary folder, and its module loaded beside ours
 (`kt_lib.nn.attention.slots` is swapped per round; the modules it imports, e.g. the
 reference math, are this checkout's). Paper preset, B=64, L=200, on CPU
 (`bench_models.build_ours`); medians over the repeats after one warm-up round; also the
@@ -18,7 +19,6 @@ versions.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib.util
 import json
 import statistics
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 from bench_models import build_ours, cpu_model
+from bench_slot_kernel import base_library
 from timing import model_step_and_inference, seconds
 
 from kt_lib.nn import attention, native
@@ -41,13 +42,7 @@ def base_module(rev: str, tmp: Path):
         ["git", "-C", str(ROOT), "show", f"{rev}:{path}"], check=True, capture_output=True,
         text=True,
     ).stdout  # fmt: skip
-    src = tmp / "slot_chain.c"
-    src.write_text(show("kt_lib/nn/native/slot_chain.c"))
-    (tmp / "fastmath.h").write_text(show("kt_lib/nn/native/fastmath.h"))  # the revision's
-    lib_path = tmp / "slot_chain_base.so"
-    cmd = ["cc", *native.FLAGS, f"-I{tmp}", "-o", str(lib_path), str(src), "-lm"]
-    subprocess.run(cmd, check=True)
-    lib = ctypes.CDLL(str(lib_path))
+    lib = base_library(rev, tmp)  # its C and header, with its own flags for them
     code = show("kt_lib/nn/slots.py")
     if code.count('native.load("slot_chain")') != 1:  # else it would call this checkout's C
         sys.exit(f"{rev}: kt_lib/nn/slots.py does not load its chain as this script expects")

@@ -120,6 +120,28 @@ def test_native_projected_chain_equals_torch_chain(dropout):
 
 
 @needs_cc
+@pytest.mark.parametrize("wanted", ["v", "r", "gamma", "v gamma"])
+def test_native_backward_gives_what_the_torch_chain_does_for_any_subset_of_inputs(wanted):
+    """The native backward takes dL/dw and recomputes the weights in one pass when r or gamma
+    needs a gradient, and only the weights when v alone does: either way the gradients asked
+    for are the torch chain's."""
+    r, v, gamma, keep = _inputs(B=3, K=2, H=2, S=17, Dh=4, seed=6)
+    names = ("r", "v", "gamma")
+    grads = []
+    for chain in (True, False):
+        inputs = zip(names, (r, v, gamma), strict=True)
+        leaves = [t.clone().requires_grad_(n in wanted.split()) for n, t in inputs]
+        with native.use(chain):
+            out, _ = slots.slot(*leaves, keep, budget=500)
+            g = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+            asked = [t for t in leaves if t.requires_grad]
+            grads.append(torch.autograd.grad(out, asked, g))
+    for name, x, y in zip(wanted.split(), *grads, strict=True):
+        assert torch.isfinite(x).all() and x.abs().sum() > 0, name
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4, msg=name)
+
+
+@needs_cc
 def test_native_chain_is_the_same_on_any_number_of_threads():
     """The (row, head) pairs split between threads write disjoint outputs: bitwise the same."""
     leaves = _inputs(B=5, K=3, H=2, S=30, Dh=4, seed=5)

@@ -90,10 +90,8 @@ def _native(r: torch.Tensor):
         return None
     lib = native.load("slot_chain")
     if lib is not None and lib.slot_weights.argtypes is None:
-        # pairs p0, p1; w, decay, distance, 1 / sum, argmax (the last four NULL in the forward)
-        lib.slot_weights.argtypes = [*_SIG, _L, _L] + [_P] * 5
-        # pairs; those five; dL/dw, dL/dr, dL/dtheta
-        lib.slot_grads.argtypes = [*_SIG, _L, _L] + [_P] * 8
+        lib.slot_weights.argtypes = [*_SIG, _L, _L, _P]  # pairs p0, p1; w
+        lib.slot_backward.argtypes = [*_SIG, _L, _L] + [_P] * 4  # pairs; dL/dw, w, dL/dr, dL/dtheta
     return lib
 
 
@@ -128,37 +126,29 @@ class _Inputs:
             seen = F.pad(keep.to(torch.int32).cumsum(-1), (1, 0))  # [Bk, S + 1]: kept j < i
             self.seen = seen if strict else seen[:, 1:]
 
-    def native_weights(self, c, grad: bool = False):
+    def native_weights(self, c):
         """(w [b, H, Lq, K, S'] the max-out weights, zero in rows that read no key; rows
-        [b|1, 1, Lq, 1, 1] whether a query reads any key; with `grad`, what `native_grads`
-        needs: decay and distance [b, H, Lq, K, S'], 1 / sum and the argmax per row) from the
-        native chain."""
+        [b|1, 1, Lq, 1, 1] whether a query reads any key) from the native chain."""
         b0, b1, t0, t1, s1 = c
         _, H, K, _ = self.r.shape
         w = self.r.new_empty(b1 - b0, H, t1 - t0, K, s1)
-        saved = None
-        if grad:
-            rows_shape = w.shape[:-1]
-            saved = (torch.empty_like(w), torch.empty_like(w), w.new_empty(rows_shape))
-            saved += (torch.empty(rows_shape, dtype=torch.int32),)
         chunk = (*self.c_head, b0, b1, t0, t1, s1, int(self.strict))
-        out = (w, *(saved or (None,) * 4))
-        ptrs = tuple(0 if t is None else t.data_ptr() for t in out)
-        native.run_split(self.lib.slot_weights, chunk, (b1 - b0) * H, ptrs)
+        native.run_split(self.lib.slot_weights, chunk, (b1 - b0) * H, (w.data_ptr(),))
         rows = _rows(self.seen, b0, b1)[:, t0:t1] > 0
-        return w, rows.view(rows.shape[0], 1, -1, 1, 1), saved
+        return w, rows.view(rows.shape[0], 1, -1, 1, 1)
 
-    def native_grads(self, c, w, saved, grad_w: torch.Tensor, grad_r: torch.Tensor):
-        """Adds dL/dr of chunk c to grad_r [B, H, K, S] from dL/dw [b, H, Lq, K, S'] (contiguous)
-        and returns the chunk's dL/dtheta [H] (the native chain's backward, from the weights
-        and what `native_weights(c, grad=True)` saved)."""
+    def native_backward(self, c, grad_w: torch.Tensor, grad_r: torch.Tensor):
+        """(w, dL/dtheta [H]) of chunk c from dL/dw [b, H, Lq, K, S'] (contiguous), adding its
+        dL/dr to grad_r [B, H, K, S]: the native chain's backward, which recomputes the weights
+        w [b, H, Lq, K, S'] in the same pass (returned for the products with the values)."""
         b0, b1, t0, t1, s1 = c
-        H = self.r.shape[1]
+        _, H, K, _ = self.r.shape
+        w = self.r.new_empty(b1 - b0, H, t1 - t0, K, s1)
         part = self.r.new_zeros(b1 - b0, H)
         chunk = (*self.c_head, b0, b1, t0, t1, s1, int(self.strict))
-        tail = tuple(t.data_ptr() for t in (w, *saved, grad_w, grad_r, part))
-        native.run_split(self.lib.slot_grads, chunk, (b1 - b0) * H, tail)
-        return part.sum(0)
+        tail = tuple(t.data_ptr() for t in (grad_w, w, grad_r, part))
+        native.run_split(self.lib.slot_backward, chunk, (b1 - b0) * H, tail)
+        return w, part.sum(0)
 
     def chunk(self, c: tuple[int, int, int, int, int], grad: bool = False):
         """(p, cap, rows, decay, dist, live, arg) of one chunk: p the masked softmax
@@ -228,7 +218,7 @@ class _SlotChunked(torch.autograd.Function):
                 o = r.new_zeros(b1 - b0, H, t1 - t0, K, Dh)
             else:
                 if x.lib is not None:
-                    w, rows, _ = x.native_weights(c)
+                    w, rows = x.native_weights(c)
                 else:
                     p, cap, rows, *_ = x.chunk(c)
                     w = p.div_(cap)
@@ -269,10 +259,13 @@ class _SlotChunked(torch.autograd.Function):
         for c in plan(B, K, H, S, ctx.budget, ctx.strict, r.element_size()):
             b0, b1, t0, t1, s1 = c
             b, Lq = b1 - b0, t1 - t0
-            w = o = None
-            if s1 > 0 and x.lib is not None:
-                w, rows, saved = x.native_weights(c, grad=True)
-            elif s1 > 0:
+            # the native chain's backward recomputes w and takes dL/dw in one pass (dL/dw comes
+            # from the values alone): w exists only after it
+            fused = s1 > 0 and x.lib is not None and (need_r or need_gamma)
+            w = None
+            if s1 > 0 and x.lib is not None and not fused:
+                w, rows = x.native_weights(c)
+            elif s1 > 0 and x.lib is None:
                 p, cap, rows, decay, dist, live, arg = x.chunk(c, grad=True)
                 w = p / cap
             if project:  # back through base + dropout(merged @ W^T + b)
@@ -281,32 +274,35 @@ class _SlotChunked(torch.autograd.Function):
                     gy = gy * drop_keep[b0:b1, t0:t1] * ctx.scale
                 if grad_bias is not None:
                     grad_bias += gy.sum((0, 1, 2))
-                if w is not None:  # the forward's output of the chunk, recomputed
-                    o = x.values(c, w)  # [b, H, Lq, K, Dh]
-                    if x.lib is None:
-                        o = torch.where(rows, o, 0.0)
-                if grad_weight is not None and o is not None:
-                    grad_weight += gy.flatten(0, 2).T @ _merge(o).flatten(0, 2)
                 gc = (gy @ weight).view(b, Lq, K, H, Dh).permute(0, 3, 1, 2, 4)
             else:
                 gc = g[b0:b1, :, :, t0:t1].permute(0, 2, 3, 1, 4)  # [b, H, Lq, K, Dh]
-            if w is None:
+            if s1 == 0:
                 continue
             # a row without keys passes no gradient back (its output is zero; the native chain's
             # weights are zero there already); contiguous: gc may be a permuted view
             gc = (gc if x.lib is not None else gc * rows).contiguous()
             flat = gc.view(b, H, Lq * K, Dh)
             vc = x.v[b0:b1, :, :s1]  # [b, H, S', Dh]
+            grad_w = None
+            if fused or x.lib is None:
+                grad_w = (flat @ vc.transpose(-1, -2)).view(b, H, Lq, K, s1)
+            if fused:  # the rest of the chain, with w, in one C pass per row
+                if grad_r is None:
+                    grad_r = torch.zeros_like(x.r)  # scratch: the kernel writes both
+                w, g_theta = x.native_backward(c, grad_w, grad_r)
+                if need_gamma:
+                    grad_theta += g_theta
+            o = None
+            if project and (grad_weight is not None or x.lib is None):
+                o = x.values(c, w)  # the forward's output of the chunk, recomputed
+                if x.lib is None:
+                    o = torch.where(rows, o, 0.0)
+                if grad_weight is not None:
+                    grad_weight += gy.flatten(0, 2).T @ _merge(o).flatten(0, 2)
             if need_v:  # w^T g, summed over the slots and steps of the chunk
                 grad_v[b0:b1, :, :s1] += w.view(b, H, Lq * K, s1).transpose(-1, -2) @ flat
-            grad_w = (flat @ vc.transpose(-1, -2)).view(b, H, Lq, K, s1)
-            if x.lib is not None:  # the rest of the chain in one C pass per row
-                if need_r or need_gamma:
-                    if grad_r is None:
-                        grad_r = torch.zeros_like(x.r)  # scratch: the kernel writes both
-                    g_theta = x.native_grads(c, w, saved, grad_w, grad_r)
-                    if need_gamma:
-                        grad_theta += g_theta
+            if x.lib is not None:
                 continue
             # w = p / cap, cap = max(max_j p_j, 0.2): d/dp = 1/cap, and through cap at the argmax.
             # dot = sum_j grad_w_j w_j = g . (w @ v) = g . o: a dot over Dh, not a pass over S'
