@@ -9,7 +9,7 @@ strict mask, every key kept; random scores, log-masses from a random walk), one 
 the forward (`slot_weights`, the weights only) and the backward: `slot_backward`, one pass that
 recomputes the weights and adds the score and decay gradients, or in a revision before it
 (2026-11-29) `slot_weights` also writing decay, distance, 1 / sum and the argmax, then
-`slot_grads` reading them; medians over --repeats calls each, the two builds alternated call by
+`slot_grads` reading them (`interface` tells a build's calls apart); medians over --repeats calls each, the two builds alternated call by
 call. The base is compiled here with `kt_lib.nn.native.FLAGS` and its own KERNEL_FLAGS entry for
 slot_chain (read from the revision; none before 2026-11-29); this checkout's is `native.load`'s.
 Also: whether the two builds' weights (the forward's, `w`, and the backward's, `wb`), dL/dr
@@ -23,7 +23,6 @@ import ast
 import ctypes
 import json
 import platform
-import re
 import statistics
 import subprocess
 import sys
@@ -41,14 +40,20 @@ H, K, S = 8, 16, 200
 
 
 def revision_flags(rev: str) -> list[str]:
-    """slot_chain's own compiler flags at `rev` (its KERNEL_FLAGS entry; none before it existed):
-    x86-64 only, as `native.load` adds them."""
+    """slot_chain's own compiler flags at `rev` (its KERNEL_FLAGS entry, read from the
+    revision's kt_lib/nn/native/__init__.py; none before it existed): x86-64 only, as
+    `native.load` adds them."""
     text = subprocess.run(
         ["git", "-C", str(ROOT), "show", f"{rev}:kt_lib/nn/native/__init__.py"], check=True,
         capture_output=True, text=True,
     ).stdout  # fmt: skip
-    found = re.search(r"^KERNEL_FLAGS = (\{.*\})$", text, re.M)
-    flags = ast.literal_eval(found.group(1)).get("slot_chain", []) if found else []
+    flags = []
+    for node in ast.parse(text).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id == "KERNEL_FLAGS" and node.value:
+            flags = ast.literal_eval(node.value).get("slot_chain", [])
     return flags if platform.machine().lower() in ("x86_64", "amd64") else []
 
 
@@ -78,14 +83,18 @@ def inputs(B: int) -> dict[str, torch.Tensor]:
     }  # fmt: skip
 
 
-def fused(lib: ctypes.CDLL) -> bool:
-    """Whether `lib` has the one-pass backward (`slot_backward`, 2026-11-29), else the recompute
-    (`slot_weights` also writing decay, distance, 1 / sum and the argmax) and `slot_grads`."""
-    try:
-        lib.slot_backward  # noqa: B018
-    except AttributeError:
-        return False
-    return True
+def interface(lib: ctypes.CDLL) -> str:
+    """How a build of slot_chain.c is called: "scratch" (now: `slot_weights` and the one-pass
+    `slot_backward` take the caller's scratch for the ratio bases), "one_pass" (867409b only:
+    the same without it) or "two_pass" (before 2026-11-29: the recompute, `slot_weights` also
+    writing decay, distance, 1 / sum and the argmax, then `slot_grads` reading them)."""
+    for name, kind in (("slot_chain_takes_scratch", "scratch"), ("slot_backward", "one_pass")):
+        try:
+            getattr(lib, name)
+        except AttributeError:
+            continue
+        return kind
+    return "two_pass"
 
 
 def calls(lib: ctypes.CDLL, x: dict, B: int):
@@ -99,11 +108,8 @@ def calls(lib: ctypes.CDLL, x: dict, B: int):
     buf |= {"gw": torch.randn(w.shape, generator=torch.Generator().manual_seed(1))}
     buf |= {"gr": torch.zeros(B, H, K, S), "part": torch.zeros(B * H)}
     grads = [ptr(buf["gw"]), ptr(buf["gr"]), ptr(buf["part"])]
-    if fused(lib):
-        forward = lambda: lib.slot_weights(*head, ptr(buf["w"]))  # noqa: E731
-        one_pass = [ptr(buf["gw"]), ptr(buf["wb"]), ptr(buf["gr"]), ptr(buf["part"])]
-        backward_calls = [lambda: lib.slot_backward(*head, *one_pass)]
-    else:
+    kind = interface(lib)
+    if kind == "two_pass":
         forward = lambda: lib.slot_weights(*head, ptr(buf["w"]), P(0), P(0), P(0), P(0))  # noqa: E731
         rows = (B, H, S, K)
         saved = [torch.empty_like(w), torch.empty_like(w), torch.empty(rows)]
@@ -114,6 +120,12 @@ def calls(lib: ctypes.CDLL, x: dict, B: int):
             lambda: lib.slot_weights(*head, *record),
             lambda: lib.slot_grads(*head, *record, *grads),
         ]
+    else:
+        buf["bases"] = torch.empty(B, H, K, S)  # each pair's ratio bases (scratch)
+        scratch = [ptr(buf["bases"])] if kind == "scratch" else []
+        forward = lambda: lib.slot_weights(*head, *scratch, ptr(buf["w"]))  # noqa: E731
+        one_pass = [*scratch, ptr(buf["gw"]), ptr(buf["wb"]), ptr(buf["gr"]), ptr(buf["part"])]
+        backward_calls = [lambda: lib.slot_backward(*head, *one_pass)]
 
     def backward():
         buf["gr"].zero_()

@@ -142,6 +142,31 @@ def test_native_backward_gives_what_the_torch_chain_does_for_any_subset_of_input
 
 
 @needs_cc
+@pytest.mark.parametrize("wanted", ["weight", "v weight", "r bias base", "gamma weight"])
+def test_native_projected_backward_for_any_subset_of_inputs(wanted):
+    """The same with the projection, dropout and residual (DTransformer's path): whichever of
+    r, v, gamma, the projection, its bias and the slot queries need a gradient."""
+    B, K, H, S, Dh = 3, 4, 2, 23, 4
+    r, v, _, keep = _inputs(B, K, H, S, Dh, seed=8, hide=0.2)
+    g = torch.Generator().manual_seed(9)
+    gamma, D = torch.tensor([-1.0, 2.0]), H * Dh
+    weight, bias, base = torch.randn(D, D, generator=g) / 4, torch.randn(D), torch.randn(K, D)
+    drop_keep = torch.rand(B, S, K, D, generator=g) > 0.3
+    names = ("r", "v", "gamma", "weight", "bias", "base")
+    grads = []
+    for chain in (True, False):
+        inputs = zip(names, (r, v, gamma, weight, bias, base), strict=True)
+        leaves = [t.clone().requires_grad_(n in wanted.split()) for n, t in inputs]
+        with native.use(chain):
+            out, _ = slots.slot_project(*leaves, keep, drop_keep, 1 / 0.7, budget=900)
+            gout = torch.randn(out.shape, generator=torch.Generator().manual_seed(2))
+            grads.append(torch.autograd.grad(out, [t for t in leaves if t.requires_grad], gout))
+    for name, x, y in zip(wanted.split(), *grads, strict=True):
+        assert torch.isfinite(x).all() and x.abs().sum() > 0, name
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-4, msg=name)
+
+
+@needs_cc
 def test_native_chain_is_the_same_on_any_number_of_threads():
     """The (row, head) pairs split between threads write disjoint outputs: bitwise the same."""
     leaves = _inputs(B=5, K=3, H=2, S=30, Dh=4, seed=5)

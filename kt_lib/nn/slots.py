@@ -90,8 +90,10 @@ def _native(r: torch.Tensor):
         return None
     lib = native.load("slot_chain")
     if lib is not None and lib.slot_weights.argtypes is None:
-        lib.slot_weights.argtypes = [*_SIG, _L, _L, _P]  # pairs p0, p1; w
-        lib.slot_backward.argtypes = [*_SIG, _L, _L] + [_P] * 4  # pairs; dL/dw, w, dL/dr, dL/dtheta
+        # pairs p0, p1; scratch [b * H, K, S'] (each pair's ratio bases); w
+        lib.slot_weights.argtypes = [*_SIG, _L, _L, _P, _P]
+        # pairs; scratch; dL/dw, w, dL/dr, dL/dtheta
+        lib.slot_backward.argtypes = [*_SIG, _L, _L] + [_P] * 5
     return lib
 
 
@@ -132,8 +134,10 @@ class _Inputs:
         b0, b1, t0, t1, s1 = c
         _, H, K, _ = self.r.shape
         w = self.r.new_empty(b1 - b0, H, t1 - t0, K, s1)
+        bases = self.r.new_empty(b1 - b0, H, K, s1)
         chunk = (*self.c_head, b0, b1, t0, t1, s1, int(self.strict))
-        native.run_split(self.lib.slot_weights, chunk, (b1 - b0) * H, (w.data_ptr(),))
+        tail = (bases.data_ptr(), w.data_ptr())
+        native.run_split(self.lib.slot_weights, chunk, (b1 - b0) * H, tail)
         rows = _rows(self.seen, b0, b1)[:, t0:t1] > 0
         return w, rows.view(rows.shape[0], 1, -1, 1, 1)
 
@@ -144,9 +148,9 @@ class _Inputs:
         b0, b1, t0, t1, s1 = c
         _, H, K, _ = self.r.shape
         w = self.r.new_empty(b1 - b0, H, t1 - t0, K, s1)
-        part = self.r.new_zeros(b1 - b0, H)
+        bases, part = self.r.new_empty(b1 - b0, H, K, s1), self.r.new_zeros(b1 - b0, H)
         chunk = (*self.c_head, b0, b1, t0, t1, s1, int(self.strict))
-        tail = tuple(t.data_ptr() for t in (grad_w, w, grad_r, part))
+        tail = tuple(t.data_ptr() for t in (bases, grad_w, w, grad_r, part))
         native.run_split(self.lib.slot_backward, chunk, (b1 - b0) * H, tail)
         return w, part.sum(0)
 

@@ -27,7 +27,6 @@
  * finite sentinels); masked scores are -1e30, so exp(s - max) is exactly 0 there.
  */
 #include <math.h>
-#include <stdint.h>
 #include <string.h>
 
 #include "fastmath.h"
@@ -146,8 +145,8 @@ static inline float row_weights(const chunk_t *c, long b, long h, long t, long k
 }
 
 /* Adds row (b, h, t, k)'s dL/dr to gr from its dL/dw g and weights ww (n readable keys, decay
- * de, distance di, scores' inverse sum is, argmax a); returns its dL/dtheta term (before the
- * sign). */
+ * de, distance di, scores' inverse sum is, argmax a); returns minus its dL/dtheta term
+ * (sum_j dL/ds_j decay_j dist_j r_j). */
 static inline float row_grads(const float *restrict g, const float *restrict ww,
                               const float *restrict de, const float *restrict di,
                               const float *restrict rr, float *restrict gr, long n, float is,
@@ -171,17 +170,24 @@ static inline float row_grads(const float *restrict g, const float *restrict ww,
     return acc;
 }
 
-/* The forward: the weights w [b, H, Lq, K, s1] of the (b, h) pairs p0..p1 of the chunk. */
+/* The entry points take the caller's scratch for the ratio bases (benchmarks/bench_slot_kernel.py
+ * reads this to call a revision's build with the arguments it expects). */
+const int slot_chain_takes_scratch = 1;
+
+/* The forward: the weights w [b, H, Lq, K, s1] of the (b, h) pairs p0..p1 of the chunk.
+ * bases [b * H, K, s1]: the caller's scratch for each pair's ratio bases (on the heap: a
+ * thread's stack may be small). */
 void slot_weights(const float *r, const float *lp, const float *lc, const float *keep,
                   long keep_rows, const float *theta, long B, long H, long K, long S, long b0,
-                  long b1, long t0, long t1, long s1, int strict, long p0, long p1, float *w) {
+                  long b1, long t0, long t1, long s1, int strict, long p0, long p1,
+                  float *bases, float *w) {
     chunk_t c = {r, lp, lc, theta, keep, B, H, K, S, keep_rows, b0, t0, t1, s1, strict};
     const long Lq = t1 - t0, n1 = S > 0 ? S : 1;
     float tmp[n1], de[n1], di[n1], A[K > 0 ? K : 1]; /* one row's scratch */
-    float ph[K * s1 > 0 ? K * s1 : 1]; /* the pair's ratio bases, every slot */
     (void)b1;
     for (long pair = p0; pair < p1; pair++) {
         const long b = b0 + pair / H, h = pair % H;
+        float *ph = bases + pair * K * s1;
         ratio_bases(&c, b, h, ph, A);
         for (long ti = 0; ti < Lq; ti++)
             for (long k = 0; k < K; k++) {
@@ -194,19 +200,19 @@ void slot_weights(const float *r, const float *lp, const float *lc, const float 
 
 /* The backward, in one pass per row: recomputes the weights w (written, for the caller's
  * products), and from dL/dw gw [b, H, Lq, K, s1] adds dL/dr to grad_r [B, H, K, S] and
- * dL/dtheta_h's terms to theta_part [b * H] (with the opposite sign; summed over the rows in
- * (t, k) order). Decay and distance live in a row's scratch only. */
+ * dL/dtheta_h to theta_part [b * H] (row_grads' terms, negated; summed over the rows in (t, k)
+ * order). Decay and distance live in a row's scratch only; bases as in `slot_weights`. */
 void slot_backward(const float *r, const float *lp, const float *lc, const float *keep,
                    long keep_rows, const float *theta, long B, long H, long K, long S, long b0,
                    long b1, long t0, long t1, long s1, int strict, long p0, long p1,
-                   const float *gw, float *w, float *grad_r, float *theta_part) {
+                   float *bases, const float *gw, float *w, float *grad_r, float *theta_part) {
     chunk_t c = {r, lp, lc, theta, keep, B, H, K, S, keep_rows, b0, t0, t1, s1, strict};
     const long Lq = t1 - t0, n1 = S > 0 ? S : 1;
     float tmp[n1], de[n1], di[n1], A[K > 0 ? K : 1];
-    float ph[K * s1 > 0 ? K * s1 : 1]; /* the pair's ratio bases, every slot */
     (void)b1;
     for (long pair = p0; pair < p1; pair++) {
         const long b = b0 + pair / H, h = pair % H;
+        float *ph = bases + pair * K * s1;
         ratio_bases(&c, b, h, ph, A);
         float acc = 0.0f;
         for (long ti = 0; ti < Lq; ti++)
