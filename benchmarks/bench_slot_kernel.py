@@ -9,11 +9,12 @@ strict mask, every key kept; random scores, log-masses from a random walk), one 
 the forward (`slot_weights`, the weights only) and the backward: `slot_backward`, one pass that
 recomputes the weights and adds the score and decay gradients, or in a revision before it
 (2026-11-29) `slot_weights` also writing decay, distance, 1 / sum and the argmax, then
-`slot_grads` reading them (`interface` tells a build's calls apart); medians over --repeats calls each, the two builds alternated call by
-call. The base is compiled here with `kt_lib.nn.native.FLAGS` and its own KERNEL_FLAGS entry for
-slot_chain (read from the revision; none before 2026-11-29); this checkout's is `native.load`'s.
-Also: whether the two builds' weights (the forward's, `w`, and the backward's, `wb`), dL/dr
-(`gr`) and dL/dtheta's terms (`part`) are equal to the bit.
+`slot_grads` reading them (`interface` tells a build's calls apart); medians over --repeats
+calls each, the two builds alternated call by call. The base is compiled here with
+`kt_lib.nn.native.FLAGS` and its own KERNEL_FLAGS entry for slot_chain (read from the
+revision; none before 2026-11-29); this checkout's is `native.load`'s. Also: whether the two
+builds' weights (the forward's, `w`, and the backward's, `wb`), dL/dr (`gr`) and dL/dtheta's
+terms (`part`) are equal to the bit.
 """
 
 from __future__ import annotations
