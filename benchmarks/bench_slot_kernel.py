@@ -2,7 +2,7 @@
 against the same file at another git revision, in one process, on the same inputs.
 
     python benchmarks/bench_slot_kernel.py --base REV [--batch 4] [--repeats 7]
-        [--out benchmarks/results/slot_kernel_cpu.json]
+        [--out benchmarks/results/slot_kernel_backward_cpu.json]
 
 One chunk of B rows at DTransformer's paper sizes (H = 8 heads, K = 16 slots, S = L = 200 steps,
 strict mask, every key kept; random scores, log-masses from a random walk), one thread. Times
@@ -142,7 +142,7 @@ def main() -> None:
     p.add_argument("--base", required=True, help="the git revision to compare with")
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--out", default="benchmarks/results/slot_kernel_cpu.json")
+    p.add_argument("--out", default="benchmarks/results/slot_kernel_backward_cpu.json")
     a = p.parse_args()
     torch.set_num_threads(1)
     ours = native.load("slot_chain")
