@@ -83,6 +83,34 @@ def test_rows_made_under_another_version_of_their_preset_are_found(monkeypatch):
     assert stale_preset_rows(rows) == [rows[0], rows[1], rows[3]]
 
 
+def test_a_row_made_before_a_class_default_its_preset_relies_on_changed_is_found(monkeypatch):
+    """The digest covers what a preset sets; `preset_settings` (the preset over the class
+    defaults) also a default it leaves alone. A setting added since is not judged (its default
+    keeps the old behaviour), nor a row that stores no settings."""
+    from kt_lib.runs.record import preset_changes, preset_settings
+
+    cfg = MODELS["sakt"].config_cls
+    settings = preset_settings("sakt", "paper")
+    assert settings == cfg.preset_settings("paper") and {"num_c", "num_pid", "K"}.isdisjoint(
+        settings
+    )
+    assert settings["d"] == cfg.PRESETS["paper"].get("d", cfg.d)  # the preset over the defaults
+    row = {"model": "sakt", "preset": "paper", "preset_digest": preset_digest("sakt", "paper")}
+    made = {**row, "preset_settings": settings}
+    older = {**made, "preset_settings": {k: v for k, v in settings.items() if k != "dropout"}}
+    assert stale_preset_rows([row, made, older]) == [] and preset_changes(made) == []
+    field = "max_len"  # left to the class default by the paper preset
+    assert field not in cfg.PRESETS["paper"]
+    f = cfg.__dataclass_fields__[field]
+    monkeypatch.setattr(f, "default", "edited")  # a class default the preset leaves alone
+    assert preset_digest("sakt", "paper") == row["preset_digest"]  # the digest cannot see it
+    assert stale_preset_rows([row, made, older]) == [made, older]
+    assert preset_changes(made) == [f"{field}: {settings[field]!r} -> 'edited'"]
+    monkeypatch.setattr(f, "default", settings[field])
+    extra = {**made, "preset_settings": {**settings, "removed_option": 1}}
+    assert stale_preset_rows([extra]) == []  # a setting gone since is not judged either
+
+
 def test_no_committed_row_was_made_under_another_version_of_its_preset():
     """A preset edited after runs were made under it: retire those rows (`kt study retire`),
     since their run keys (which hold the preset's name only) would still count them done."""

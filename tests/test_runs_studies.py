@@ -211,8 +211,8 @@ def test_run_add_trains_a_new_model_into_a_file_of_ones_own_and_pairs_it(
     cfg = MODELS["sakt"].config_cls  # the tiny preset edited after the run: status says so
     monkeypatch.setattr(cfg, "PRESETS", {**cfg.PRESETS, "tiny": {**cfg.PRESETS["tiny"], "d": 24}})
     studies.main(["status", "tiny", "--add", "sakt", "--out", str(mine), "--data-root", str(data)])
-    hint = "1 sakt run(s) were made under another version of their preset: `kt study retire tiny"
-    hint += " --models sakt --stale-presets"
+    hint = "1 sakt run(s) were made under another version of their preset (d: 16 -> 24; preset):"
+    hint += " `kt study retire tiny --models sakt --stale-presets"
     assert hint in capsys.readouterr().out
     studies.main(["park", "tiny", "--add", "sakt", "--out", str(mine)])  # nothing in flight
     assert "0 run(s) in results/inflight/tiny/" in capsys.readouterr().out

@@ -24,6 +24,7 @@ from ..registry import Registry
 
 MODELS: Registry = Registry("model")
 register = MODELS.register
+VOCABULARY = ("num_c", "num_pid", "K")  # config fields `build_model` fills from the dataset
 
 
 @dataclass
@@ -88,10 +89,25 @@ class BaseConfig:
         """A short digest of what preset `name` sets (its `PRESETS` entry; `default`: nothing).
         A run's row stores it beside the preset's name, which is all its run key holds: a row
         whose digest is not the preset's now was made under other settings of that name.
-        Not covered: the config's class defaults (a field the preset leaves to them) and what a
-        named file says (SimAKT's similarity presets): an edit there is retired by hand."""
+        Not covered: the config's class defaults (a field the preset leaves to them: rows since
+        2026-11-29 store `preset_settings` for those) and what a named file says (SimAKT's
+        similarity presets): an edit there is retired by hand."""
         fields = {} if name == "default" else cls.preset_fields(name)
         return short_digest(json.dumps(fields, sort_keys=True))  # plain data only: no repr
+
+    @classmethod
+    def preset_settings(cls, name: str = "default") -> dict[str, Any]:
+        """Every setting preset `name` builds before a dataset fills the vocabulary (num_c,
+        num_pid, K): its `PRESETS` entry over the class defaults. A row stores it beside the
+        digest: the digest misses an edited class default that the preset leaves alone."""
+        out = {}
+        for f in dataclasses.fields(cls):
+            if f.default is not dataclasses.MISSING:
+                out[f.name] = copy.deepcopy(f.default)
+            elif f.default_factory is not dataclasses.MISSING:
+                out[f.name] = f.default_factory()
+        out.update({} if name == "default" else cls.preset_fields(name))
+        return {k: v for k, v in out.items() if k not in VOCABULARY}
 
     @classmethod
     def preset_fields(cls, name: str) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from ..train import (
     seeded,
 )
 from .data import DataSpec
-from .record import RunRecord, now, preset_digest
+from .record import RunRecord, now, preset_digest, preset_settings
 from .spec import DEFAULT_PRESET, EvalConfig, RunSpec, train_record, train_settings
 
 
@@ -444,6 +444,9 @@ def main(argv: list[str] | None = None) -> None:
             preset_digest=None
             if spec.config is not None
             else preset_digest(spec.model, spec.preset),
+            preset_settings=None
+            if spec.config is not None
+            else preset_settings(spec.model, spec.preset),
             wall_seconds=time.perf_counter() - t0 + res.earlier_seconds,
             device_name=device_name(tc.device),
             native=native.named(used),

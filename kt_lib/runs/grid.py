@@ -22,7 +22,7 @@ import pandas as pd
 from ..train import TrainConfig
 from .execute import ExecConfig, execute
 from .experiment import ExperimentResult
-from .record import RunRecord, preset_digest
+from .record import RunRecord, preset_digest, preset_settings
 from .spec import DEFAULT_PRESET, RunSpec
 from .tables import format_mean_std
 
@@ -153,6 +153,9 @@ def run_grid(
             factors=cell.columns(),
             # a cell built from its own config used no preset: no digest
             preset_digest=preset_digest(cell.model, cell.preset) if cell.config is None else None,
+            preset_settings=preset_settings(cell.model, cell.preset)
+            if cell.config is None
+            else None,
             figures=out.figures,
             protocol=out.protocol,
             error=out.error,

@@ -31,7 +31,7 @@ from ..provenance import run_commit
 from ..train import TrainConfig
 from .execute import ExecConfig, execute
 from .plan import LeaderboardPlan, PlannedRun
-from .record import RunRecord, now, preset_digest
+from .record import RunRecord, now, preset_digest, preset_settings
 from .results import add_runs, finished_runs, load_results, merge_files
 from .spec import DEFAULT_PRESET, train_record
 from .stats import compare_pairs, pairs_markdown
@@ -138,6 +138,7 @@ def run_plan(
             protocol=out.protocol,
             run_key=run.key,
             preset_digest=preset_digest(run.base, spec.preset),
+            preset_settings=preset_settings(run.base, spec.preset),
             error=out.error,
             traceback=out.traceback,
             wall_seconds=out.wall_seconds,

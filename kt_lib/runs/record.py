@@ -11,9 +11,10 @@ training settings). `model` is the row's label: a variant's label with its regis
 not apply (None) are left out of the row, so the rows of the committed results files
 (results/*.json) are rows of this schema.
 
-A run key holds a preset's name, not what it sets: `preset_digest` (stored since 2026-11-29)
-lets `stale_preset_rows` find the rows made before their preset was edited (a test keeps the
-committed files free of them; `kt study status` names them).
+A run key holds a preset's name, not what it sets: `preset_digest` and `preset_settings` (the
+preset over the class defaults; both stored since 2026-11-29) let `stale_preset_rows` find the
+rows made before their preset or a default it relies on was edited (a test keeps the committed
+files free of them; `kt study status` names them).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from ..models import MODELS
 
 # per-run fields of a results file that are not table columns
-NESTED = ("valid", "history", "protocols", "train")
+NESTED = ("valid", "history", "protocols", "train", "preset_settings")
 
 
 def now() -> str:
@@ -54,6 +55,7 @@ class RunRecord:
     protocol: str | None = None
     run_key: str | None = None
     preset_digest: str | None = None  # `preset_digest(model, preset)` when it ran
+    preset_settings: dict | None = None  # `preset_settings(model, preset)` when it ran
     error: str | None = None
     traceback: str | None = None
     wall_seconds: float | None = None
@@ -82,6 +84,7 @@ class RunRecord:
             "protocol": self.protocol,
             "run_key": self.run_key,
             "preset_digest": self.preset_digest,
+            "preset_settings": self.preset_settings,
             "error": self.error,
             "traceback": self.traceback,
             "wall_seconds": self.wall_seconds,
@@ -116,14 +119,37 @@ def preset_digest(model: str, preset: str | None) -> str | None:
         return None
 
 
+def preset_settings(model: str, preset: str | None) -> dict | None:
+    """Every setting registered `model`'s preset `preset` builds now, class defaults included
+    (`BaseConfig.preset_settings`); None as for `preset_digest`."""
+    if preset is None or model not in MODELS:
+        return None
+    try:
+        return MODELS[model].config_cls.preset_settings(preset)
+    except KeyError:
+        return None
+
+
+def preset_changes(row: dict) -> list[str]:
+    """What no longer holds of the preset a row was made under: "preset" when its `PRESETS`
+    entry changed (the digest), and each stored setting whose value the preset now builds
+    differently (a class default edited), as "name: then -> now". A setting added since (not in
+    the row) or gone is not judged: a new option's default keeps the old behaviour. Rows that
+    store neither, or whose model or preset is gone, have none."""
+    model, preset = row.get("variant_of") or row["model"], row.get("preset")
+    changes = []
+    digest = row.get("preset_digest")
+    if digest is not None and digest != preset_digest(model, preset):
+        changes.append("preset")
+    then, now_ = row.get("preset_settings"), preset_settings(model, preset)
+    if then is not None and now_ is not None:
+        changes += [f"{k}: {then[k]!r} -> {now_[k]!r}" for k in sorted(then.keys() & now_.keys())
+                    if then[k] != now_[k]]  # fmt: skip
+    return changes
+
+
 def stale_preset_rows(rows: list[dict]) -> list[dict]:
-    """The rows that store a preset digest other than their preset's now: made under settings
-    that the preset's name no longer means (a run key holds the name only). Rows written before
-    the digest was stored (none in the row) are not judged."""
-    return [
-        r
-        for r in rows
-        if r.get("preset_digest") is not None
-        and not r.get("error")  # a failed run is planned again anyway
-        and r["preset_digest"] != preset_digest(r.get("variant_of") or r["model"], r.get("preset"))
-    ]
+    """The rows made under settings that their preset's name no longer means (a run key holds
+    the name only): `preset_changes` finds some. Rows written before the digest was stored
+    (none in the row) are not judged, nor failed runs (planned again anyway)."""
+    return [r for r in rows if not r.get("error") and preset_changes(r)]

@@ -46,7 +46,7 @@ from .parking import (
     price_in_flight,
     unpark,
 )
-from .record import now, stale_preset_rows, utc
+from .record import now, preset_changes, stale_preset_rows, utc
 from .results import finished_runs, read_runs, retire_runs
 from .study import CHECKPOINTS, DATA_ROOT, PREPARED, RESULTS, Part, Study  # noqa: F401
 from .study_render import render, render_summary, write_blocks
@@ -449,9 +449,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{c['dataset']:14s} {c['model']:26s} {c['done']:4d} {c['left']:4d} {cost:>8s} "
               f"{hours:>7s}  {c['basis'] if c['left'] else ''}")  # fmt: skip
     _hint_adopt(study, keys, a.out, training=False)
-    for m, n in Counter(r["model"] for r in stale_preset_rows(mine)).items():
+    stale = stale_preset_rows(mine)
+    for m, n in Counter(r["model"] for r in stale).items():
+        what = sorted({c for r in stale if r["model"] == m for c in preset_changes(r)})
         fix = f"`kt study retire {study.name} --models {m} --stale-presets --reason ...`"
-        print(f"  {n} {m} run(s) were made under another version of their preset: {fix}")
+        print(f"  {n} {m} run(s) were made under another version of their preset "
+              f"({'; '.join(what)}): {fix}")  # fmt: skip
     for p_ in left[:5]:
         print(f"  next: {p_['dataset']} {p_['model']} fold={p_['fold']} seed={p_['seed']}")
     here = {r.name: r for r in in_flight(study.name)}
