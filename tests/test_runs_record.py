@@ -109,6 +109,24 @@ def test_a_row_made_before_a_class_default_its_preset_relies_on_changed_is_found
     monkeypatch.setattr(f, "default", settings[field])
     extra = {**made, "preset_settings": {**settings, "removed_option": 1}}
     assert stale_preset_rows([extra]) == []  # a setting gone since is not judged either
+    # a run's own fields (a variant's, an override's) are not the preset's: not stored, so an
+    # edited default of one does not touch the rows that set it themselves
+    own = preset_settings("sakt", "paper", own={"max_len": 100})
+    variant = {**made, "model": "sakt_long", "variant_of": "sakt", "preset_settings": own}
+    assert field not in own and len(own) == len(settings) - 1
+    monkeypatch.setattr(f, "default", 50)
+    assert stale_preset_rows([made, variant]) == [made]
+
+
+def test_settings_that_change_speed_or_memory_only_are_not_stored():
+    from kt_lib.runs.record import preset_settings
+
+    for name, cls in MODELS.items():
+        settings = cls.config_cls.preset_settings("paper")
+        assert set(cls.config_cls.SAME_NUMBERS).isdisjoint(settings), name
+        assert json.loads(json.dumps(settings)) == settings, name  # what a row reads back
+    assert "checkpoint_gb" not in preset_settings("gkt", "paper")
+    assert "gradient_checkpointing" not in preset_settings("attention_gpcm", "paper")
 
 
 def test_no_committed_row_was_made_under_another_version_of_its_preset():

@@ -83,6 +83,7 @@ class GPCMConfig(BaseConfig):
     # training with gradients only: recompute each encoder layer / mechanism in the backward
     # pass instead of keeping its activations (less memory, about one more encoder forward)
     gradient_checkpointing: bool = False
+    SAME_NUMBERS = ("gradient_checkpointing",)
 
     PRESETS = {
         "tiny": {"d": 16, "n_heads": 2, "d_summary": 16, "max_len": 64},

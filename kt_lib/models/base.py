@@ -58,6 +58,9 @@ class BaseConfig:
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"tiny": {}, "paper": {}}
     BINARY: ClassVar[bool] = False  # True: binary responses only (K = 2)
+    # fields that change memory or speed only, never the numbers (`preset_settings` leaves
+    # them out: editing such a default makes no row stale)
+    SAME_NUMBERS: ClassVar[tuple[str, ...]] = ()
 
     def validate(self) -> None:
         require(self.num_c > 0, f"num_c must be > 0, got {self.num_c}")
@@ -98,8 +101,9 @@ class BaseConfig:
     @classmethod
     def preset_settings(cls, name: str = "default") -> dict[str, Any]:
         """Every setting preset `name` builds before a dataset fills the vocabulary (num_c,
-        num_pid, K): its `PRESETS` entry over the class defaults. A row stores it beside the
-        digest: the digest misses an edited class default that the preset leaves alone."""
+        num_pid, K): its `PRESETS` entry over the class defaults, less `SAME_NUMBERS`. A row
+        stores it beside the digest: the digest misses an edited class default that the preset
+        leaves alone."""
         out = {}
         for f in dataclasses.fields(cls):
             if f.default is not dataclasses.MISSING:
@@ -107,7 +111,7 @@ class BaseConfig:
             elif f.default_factory is not dataclasses.MISSING:
                 out[f.name] = f.default_factory()
         out.update({} if name == "default" else cls.preset_fields(name))
-        return {k: v for k, v in out.items() if k not in VOCABULARY}
+        return {k: v for k, v in out.items() if k not in VOCABULARY + cls.SAME_NUMBERS}
 
     @classmethod
     def preset_fields(cls, name: str) -> dict[str, Any]:
@@ -243,7 +247,7 @@ def make_config(
     else:
         raise TypeError(f"config must be a dataclass, dict or path, got {type(config).__name__}")
     if dataset is not None:
-        base.update(num_c=dataset.num_c, num_pid=dataset.num_pid, K=dataset.K)
+        base.update({k: getattr(dataset, k) for k in VOCABULARY})
     base.update(overrides)
     return from_dict(cls, base, source=str(config) if isinstance(config, (str, Path)) else name)
 

@@ -53,6 +53,7 @@ class GKTConfig(BaseConfig):
     # (the dropout draws are replayed).
     checkpoint: bool | None = None
     checkpoint_gb: float = 2.0
+    SAME_NUMBERS = ("checkpoint", "checkpoint_gb")
 
     BINARY = True
     PRESETS = {

@@ -58,6 +58,7 @@ class StableKTConfig(BaseConfig):
     # only the weights and the dropped weights, and recompute the rest themselves).
     # The numbers are the same either way (the dropout draws are replayed).
     checkpoint: bool | None = None
+    SAME_NUMBERS = ("checkpoint",)
 
     BINARY = True
     PRESETS = {

@@ -446,7 +446,7 @@ def main(argv: list[str] | None = None) -> None:
             else preset_digest(spec.model, spec.preset),
             preset_settings=None
             if spec.config is not None
-            else preset_settings(spec.model, spec.preset),
+            else preset_settings(spec.model, spec.preset, own=spec.fields),
             wall_seconds=time.perf_counter() - t0 + res.earlier_seconds,
             device_name=device_name(tc.device),
             native=native.named(used),

@@ -153,7 +153,7 @@ def run_grid(
             factors=cell.columns(),
             # a cell built from its own config used no preset: no digest
             preset_digest=preset_digest(cell.model, cell.preset) if cell.config is None else None,
-            preset_settings=preset_settings(cell.model, cell.preset)
+            preset_settings=preset_settings(cell.model, cell.preset, own=cell.overrides)
             if cell.config is None
             else None,
             figures=out.figures,

@@ -138,7 +138,7 @@ def run_plan(
             protocol=out.protocol,
             run_key=run.key,
             preset_digest=preset_digest(run.base, spec.preset),
-            preset_settings=preset_settings(run.base, spec.preset),
+            preset_settings=preset_settings(run.base, spec.preset, own=spec.fields),
             error=out.error,
             traceback=out.traceback,
             wall_seconds=out.wall_seconds,

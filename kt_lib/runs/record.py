@@ -119,15 +119,18 @@ def preset_digest(model: str, preset: str | None) -> str | None:
         return None
 
 
-def preset_settings(model: str, preset: str | None) -> dict | None:
+def preset_settings(model: str, preset: str | None, own=()) -> dict | None:
     """Every setting registered `model`'s preset `preset` builds now, class defaults included
-    (`BaseConfig.preset_settings`); None as for `preset_digest`."""
+    (`BaseConfig.preset_settings`), less the run's `own` fields (a variant's, an override's:
+    the run key holds those, and they are not the preset's to change); None as for
+    `preset_digest`."""
     if preset is None or model not in MODELS:
         return None
     try:
-        return MODELS[model].config_cls.preset_settings(preset)
+        settings = MODELS[model].config_cls.preset_settings(preset)
     except KeyError:
         return None
+    return {k: v for k, v in settings.items() if k not in set(own)}
 
 
 def preset_changes(row: dict) -> list[str]:
@@ -135,7 +138,7 @@ def preset_changes(row: dict) -> list[str]:
     entry changed (the digest), and each stored setting whose value the preset now builds
     differently (a class default edited), as "name: then -> now". A setting added since (not in
     the row) or gone is not judged: a new option's default keeps the old behaviour. Rows that
-    store neither, or whose model or preset is gone, have none."""
+    store neither have none; a row with a digest whose model or preset is gone has "preset"."""
     model, preset = row.get("variant_of") or row["model"], row.get("preset")
     changes = []
     digest = row.get("preset_digest")
