@@ -55,7 +55,7 @@ class RunRecord:
     protocol: str | None = None
     run_key: str | None = None
     preset_digest: str | None = None  # `preset_digest(model, preset)` when it ran
-    preset_settings: dict | None = None  # `preset_settings(model, preset)` when it ran
+    preset_settings: dict | None = None  # `preset_settings(model, preset, own)` when it ran
     error: str | None = None
     traceback: str | None = None
     wall_seconds: float | None = None
